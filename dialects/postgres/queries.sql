@@ -1,0 +1,148 @@
+-- Named statements for PostgreSQL. Durations arrive in milliseconds and are added to the
+-- database clock: now() + :lease_ms * interval '1 millisecond'.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS portq_schema_version (
+    version    integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migration_lock
+SELECT pg_advisory_xact_lock(hashtext('portq_schema_version'));
+
+-- name: schema_version
+SELECT max(version) FROM portq_schema_version;
+
+-- name: record_version
+INSERT INTO portq_schema_version (version) VALUES (:version);
+
+-- name: insert_job
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+VALUES (:queue, CAST(:payload AS jsonb), :priority,
+        COALESCE(CAST(:run_at AS timestamptz), now() + :delay_ms * interval '1 millisecond'),
+        :max_attempts, :key)
+ON CONFLICT (job_key) DO NOTHING
+RETURNING job_id;
+
+-- name: notify
+SELECT pg_notify('portq_' || :queue, '');
+
+-- name: job_id_by_key
+SELECT job_id FROM portq_job WHERE job_key = :key;
+
+-- name: claim
+UPDATE portq_job AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    worker_id = :worker_id,
+    lease_until = now() + :lease_ms * interval '1 millisecond'
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE queue = :queue AND state = 'ready' AND run_at <= now()
+      AND attempts < max_attempts
+    ORDER BY priority DESC, run_at, job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id
+RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
+          j.job_key, j.lease_until;
+
+-- name: renew
+UPDATE portq_job
+SET lease_until = now() + :lease_ms * interval '1 millisecond'
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now();
+
+-- name: complete
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = now()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now();
+
+-- name: fail
+UPDATE portq_job
+SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN run_at
+                  ELSE now() + :retry_ms * interval '1 millisecond' END,
+    finished_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN now() END,
+    worker_id = NULL, lease_until = NULL, last_error = :error
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now();
+
+-- name: record_error
+INSERT INTO portq_job_error (job_id, attempt, worker_id, error)
+VALUES (:job_id, :generation, :worker_id, :error);
+
+-- name: job_errors
+SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: release
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = now()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now();
+
+-- name: reap
+UPDATE portq_job AS j
+SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE now() + :delay_ms * interval '1 millisecond' END,
+    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || ')',
+    worker_id = NULL, lease_until = NULL
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE state = 'running' AND lease_until <= now()
+    ORDER BY lease_until
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id;
+
+-- name: prune
+DELETE FROM portq_job AS j
+USING (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+      AND finished_at < now() - :older_than_ms * interval '1 millisecond'
+    ORDER BY finished_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id;
+
+-- name: retry_dead
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL, run_at = now()
+WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
+
+-- name: cancel
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+WHERE job_id = :job_id AND state IN ('ready', 'running');
+
+-- name: stats
+SELECT queue,
+       count(*) FILTER (WHERE state = 'ready' AND run_at <= now()),
+       count(*) FILTER (WHERE state = 'ready' AND run_at > now()),
+       count(*) FILTER (WHERE state = 'running'),
+       count(*) FILTER (WHERE state = 'succeeded'),
+       count(*) FILTER (WHERE state = 'dead'),
+       count(*) FILTER (WHERE state = 'cancelled'),
+       min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now()),
+       now(),
+       count(*) FILTER (WHERE attempts > 1 OR (state = 'ready' AND attempts > 0)),
+       count(*) FILTER (WHERE attempts > 0)
+FROM portq_job
+WHERE :queue = '*' OR queue = :queue
+GROUP BY queue;
+
+-- name: jobs
+SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE state = :state AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit;

@@ -1,0 +1,46 @@
+-- portq schema for PostgreSQL 13+.
+
+-- migration: 1
+CREATE TABLE portq_job (
+    job_id       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    state        text        NOT NULL DEFAULT 'ready',
+    priority     integer     NOT NULL DEFAULT 0,
+    run_at       timestamptz NOT NULL,
+    attempts     integer     NOT NULL DEFAULT 0,
+    max_attempts integer     NOT NULL,
+    job_key      text        UNIQUE,
+    worker_id    text,
+    lease_until  timestamptz,
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    finished_at  timestamptz,
+    CONSTRAINT portq_job_state_ck CHECK (state IN ('ready', 'running', 'succeeded', 'dead', 'cancelled')),
+    CONSTRAINT portq_job_running_ck CHECK (
+        (state = 'running' AND worker_id IS NOT NULL AND lease_until IS NOT NULL)
+        OR (state <> 'running' AND worker_id IS NULL AND lease_until IS NULL)),
+    CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN ('ready', 'running') AND finished_at IS NULL)),
+    CONSTRAINT portq_job_attempts_ck CHECK (attempts >= 0 AND attempts <= max_attempts),
+    CONSTRAINT portq_job_max_attempts_ck CHECK (max_attempts > 0),
+    CONSTRAINT portq_job_queue_ck CHECK (length(queue) BETWEEN 1 AND 128)
+);
+
+-- The claim walks this partial index in order, for one queue at a time (queue = $1;
+-- never queue = ANY($1), which turns the walk into a bitmap scan and a sort).
+CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job_id)
+    WHERE state = 'ready';
+CREATE INDEX portq_job_lease_idx ON portq_job (lease_until) WHERE state = 'running';
+CREATE INDEX portq_job_finished_idx ON portq_job (finished_at)
+    WHERE state IN ('succeeded', 'dead', 'cancelled');
+
+CREATE TABLE portq_job_error (
+    job_id     bigint      NOT NULL REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    attempt    integer     NOT NULL,
+    worker_id  text        NOT NULL,
+    error      text        NOT NULL,
+    failed_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_id, attempt)
+);

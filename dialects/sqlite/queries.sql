@@ -1,0 +1,147 @@
+-- Named statements for SQLite. "now" is
+--   CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)   (microseconds, UTC).
+-- Claims run inside BEGIN IMMEDIATE (see portq/backends/sqlite.py): one writer at a time,
+-- so there is nothing to skip; the select + update below is atomic.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS portq_schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at INTEGER NOT NULL
+);
+
+-- name: schema_version
+SELECT MAX(version) FROM portq_schema_version;
+
+-- name: record_version
+INSERT INTO portq_schema_version (version, applied_at)
+VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
+
+-- name: insert_job
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+VALUES (:queue, :payload, :priority,
+        COALESCE(:run_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000),
+        :max_attempts, :key, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (job_key) DO NOTHING
+RETURNING job_id;
+
+-- name: job_id_by_key
+SELECT job_id FROM portq_job WHERE job_key = :key;
+
+-- name: claim
+UPDATE portq_job
+SET state = 'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE queue = :queue AND state = 'ready' AND attempts < max_attempts
+      AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+    ORDER BY priority DESC, run_at, job_id
+    LIMIT :limit)
+RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until;
+
+-- name: renew
+UPDATE portq_job
+SET lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: complete
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: fail
+UPDATE portq_job
+SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN run_at
+                  ELSE CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :retry_ms * 1000 END,
+    finished_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts
+                       THEN CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) END,
+    worker_id = NULL, lease_until = NULL, last_error = :error
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: record_error
+INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
+VALUES (:job_id, :generation, :worker_id, :error,
+        CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
+
+-- name: job_errors
+SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: release
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: reap
+UPDATE portq_job
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                  ELSE CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000 END,
+    finished_at = CASE WHEN attempts >= max_attempts
+                       THEN CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) END,
+    last_error = 'lease expired (worker ' || worker_id || ', attempt ' || attempts || ')',
+    worker_id = NULL, lease_until = NULL
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state = 'running'
+      AND lease_until <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+    ORDER BY lease_until
+    LIMIT :limit);
+
+-- name: prune
+DELETE FROM portq_job
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+      AND finished_at < CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :older_than_ms * 1000
+    ORDER BY finished_at
+    LIMIT :limit);
+
+-- name: retry_dead
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
+
+-- name: cancel
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id = :job_id AND state IN ('ready', 'running');
+
+-- name: stats
+SELECT queue,
+       SUM(CASE WHEN state = 'ready' AND run_at <= n.now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'ready' AND run_at > n.now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'succeeded' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
+       MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
+       MAX(n.now),
+       SUM(CASE WHEN attempts > 1 OR (state = 'ready' AND attempts > 0) THEN 1 ELSE 0 END),
+       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+FROM portq_job
+CROSS JOIN (SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) AS now) AS n
+WHERE :queue = '*' OR queue = :queue
+GROUP BY queue;
+
+-- name: jobs
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE state = :state AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit;

@@ -1,0 +1,48 @@
+-- portq schema for SQLite 3.35+ (stdlib sqlite3).
+-- Times are INTEGER microseconds since the Unix epoch (UTC), always computed in SQL as
+--   CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+-- so that deadlines follow the database clock, never a worker's.
+
+-- migration: 1
+CREATE TABLE portq_job (
+    job_id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    queue        TEXT    NOT NULL,
+    payload      TEXT    NOT NULL CHECK (json_valid(payload)),
+    state        TEXT    NOT NULL DEFAULT 'ready',
+    priority     INTEGER NOT NULL DEFAULT 0,
+    run_at       INTEGER NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL,
+    job_key      TEXT    UNIQUE,
+    worker_id    TEXT,
+    lease_until  INTEGER,
+    last_error   TEXT,
+    created_at   INTEGER NOT NULL,
+    finished_at  INTEGER,
+    CONSTRAINT portq_job_state_ck CHECK (state IN ('ready', 'running', 'succeeded', 'dead', 'cancelled')),
+    CONSTRAINT portq_job_running_ck CHECK (
+        (state = 'running' AND worker_id IS NOT NULL AND lease_until IS NOT NULL)
+        OR (state <> 'running' AND worker_id IS NULL AND lease_until IS NULL)),
+    CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN ('ready', 'running') AND finished_at IS NULL)),
+    CONSTRAINT portq_job_attempts_ck CHECK (attempts >= 0 AND attempts <= max_attempts),
+    CONSTRAINT portq_job_max_attempts_ck CHECK (max_attempts > 0),
+    CONSTRAINT portq_job_queue_ck CHECK (length(queue) BETWEEN 1 AND 128)
+);
+
+-- The claim walks this index in order for one queue: a partial index of ready rows.
+CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job_id)
+    WHERE state = 'ready';
+CREATE INDEX portq_job_lease_idx ON portq_job (lease_until) WHERE state = 'running';
+CREATE INDEX portq_job_finished_idx ON portq_job (finished_at)
+    WHERE state IN ('succeeded', 'dead', 'cancelled');
+
+CREATE TABLE portq_job_error (
+    job_id     INTEGER NOT NULL REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    attempt    INTEGER NOT NULL,
+    worker_id  TEXT    NOT NULL,
+    error      TEXT    NOT NULL,
+    failed_at  INTEGER NOT NULL,
+    PRIMARY KEY (job_id, attempt)
+);

@@ -1,0 +1,23 @@
+"""portq: background jobs in an ordinary SQL table, claimed safely by competing workers."""
+
+from portq.errors import (
+    ConfigurationError,
+    ConnectionLost,
+    DatabaseError,
+    DriverMissingError,
+    InvalidQueueName,
+    PayloadError,
+    Permanent,
+    PortqError,
+    SchemaError,
+)
+from portq.job import Claim, Job, JobRecord, QueueStats, State
+from portq.queue import Queue, connect
+from portq.retry import Backoff
+
+__all__ = [
+    "Backoff", "Claim", "ConfigurationError", "ConnectionLost", "DatabaseError",
+    "DriverMissingError", "InvalidQueueName", "Job", "JobRecord", "PayloadError", "Permanent",
+    "PortqError", "Queue", "QueueStats", "SchemaError", "State", "connect",
+]
+__version__ = "0.1.0"

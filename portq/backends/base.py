@@ -1,0 +1,393 @@
+"""The DB-API implementation of the protocol shared by every engine.
+
+An engine module subclasses :class:`SqlBackend` and supplies only what differs: how to
+connect, its paramstyle, how a transaction starts, how driver errors map to
+:class:`ErrorKind`, how values convert, and (where the engine's SQL cannot express an
+operation in one statement) the few methods it overrides.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+from portq.errors import ConnectionLost, DatabaseError, SchemaError
+from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.pool import Pool
+from portq.protocol import Backend, NewJob
+from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
+from portq.url import DatabaseURL
+
+log = logging.getLogger("portq.backend")
+T = TypeVar("T")
+ALL_QUEUES = "*"  # bound instead of NULL for "every queue"; never a valid queue name
+
+
+class ErrorKind(enum.Enum):
+    """What a driver exception means to portq, whatever the engine."""
+
+    UNIQUE = "unique"            # unique/primary key violation
+    CHECK = "check"              # CHECK or NOT NULL constraint violation
+    RETRYABLE = "retryable"      # deadlock, serialization failure, lock timeout, busy
+    CONNECTION = "connection"    # the connection is gone; discard it
+    OTHER = "other"
+
+
+class SqlBackend(Backend):
+    """Protocol operations driven by the named statements of ``dialects/<engine>/``."""
+
+    engine: ClassVar[str]
+    paramstyle: ClassVar[ParamStyle]
+    driver_module: ClassVar[str]  # module prefix of connection classes this backend accepts
+    #: how many times a claim (or other own-transaction operation) is retried on
+    #: deadlock / serialization / busy before the error is raised
+    max_retries: ClassVar[int] = 8
+
+    def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
+                 pool_timeout: float = 30.0) -> None:
+        self.url = url
+        self.prefix = validate_prefix(prefix)
+        self.queries = load_queries(self.engine, self.prefix)
+        self.pool = Pool(self.connect, max_size=pool_size, timeout=pool_timeout)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
+
+    # ---- what an engine module supplies -------------------------------------------------
+
+    def connect(self) -> Any:
+        """Open a new DB-API connection with autocommit off (or managed by :meth:`begin`)."""
+        raise NotImplementedError
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        """Map a driver exception to an :class:`ErrorKind`."""
+        raise NotImplementedError
+
+    def begin(self, conn: Any) -> None:
+        """Start a transaction on a pooled connection (most drivers do so implicitly)."""
+
+    def to_db_time(self, value: datetime) -> Any:
+        """Convert an aware datetime to the engine's column value (default: naive UTC)."""
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def from_db_time(self, value: Any) -> datetime | None:
+        """Convert a column value to an aware UTC datetime."""
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        raise TypeError(f"unexpected time value {value!r}")
+
+    def migration_lock(self, cur: Any) -> AbstractContextManager[None]:
+        """Serialise concurrent migrate() calls (default: the transaction is enough)."""
+        return nullcontext()
+
+    # ---- plumbing -----------------------------------------------------------------------
+
+    def execute(self, cur: Any, name_or_sql: str, params: dict[str, Any] | None = None) -> Any:
+        """Run a named statement (or raw SQL) with ``:name`` parameters bound for the driver."""
+        sql = self.queries.get(name_or_sql, name_or_sql)
+        bound = bind(sql, params or {}, self.paramstyle)
+        cur.execute(bound.sql, bound.params)
+        return cur
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A cursor in one short transaction on a pooled connection; commit or roll back."""
+        conn = self.pool.acquire()
+        broken = False
+        try:
+            self.begin(conn)
+            cur = conn.cursor()
+            try:
+                yield cur
+            finally:
+                _close_quietly(cur)
+            conn.commit()
+        except BaseException as exc:
+            broken = self._rollback(conn, exc)
+            raise
+        finally:
+            self.pool.release(conn, broken=broken)
+
+    def _rollback(self, conn: Any, exc: BaseException) -> bool:
+        """Roll back after ``exc``; return True when the connection must be discarded."""
+        broken = not isinstance(exc, Exception) or self.classify(exc) is ErrorKind.CONNECTION
+        try:
+            conn.rollback()
+        except Exception:  # noqa: BLE001 - a failed rollback means the connection is unusable
+            broken = True
+        return broken
+
+    def run(self, op: str, fn: Callable[[Any], T], *, retry: bool = True) -> T:
+        """Run ``fn(cursor)`` in a transaction, retrying transient conflicts a bounded time."""
+        attempt = 0
+        while True:
+            try:
+                with self.transaction() as cur:
+                    return fn(cur)
+            except DatabaseError:
+                raise
+            except Exception as exc:
+                kind = self.classify(exc)
+                if kind is ErrorKind.RETRYABLE and retry and attempt < self.max_retries:
+                    attempt += 1
+                    delay = random.uniform(0, min(1.0, 0.005 * 2 ** attempt))
+                    log.debug("%s: transient conflict (%s), retry %d in %.3fs",
+                              op, exc, attempt, delay)
+                    time.sleep(delay)
+                    continue
+                if kind is ErrorKind.CONNECTION:
+                    raise ConnectionLost(
+                        f"{op}: lost the connection to {self.url.redacted()}: "
+                        f"{type(exc).__name__}: {_scrub(str(exc), self.url)}") from exc
+                raise
+
+    # ---- schema -------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        def go(cur: Any) -> int:
+            with self.migration_lock(cur):
+                self.create_version_table(cur)
+                current = self._read_version(cur)
+                for version, statements in load_migrations(self.engine, self.prefix):
+                    if version <= current:
+                        continue
+                    for stmt in statements:
+                        cur.execute(stmt)
+                    self.execute(cur, "record_version", {"version": version})
+                    log.info("migrated %s schema to version %d", self.engine, version)
+                    current = version
+                return current
+        return self.run("migrate", go, retry=False)
+
+    def create_version_table(self, cur: Any) -> None:
+        """Create the schema-version table if it is missing (idempotent)."""
+        self.execute(cur, "create_version_table")
+
+    def _read_version(self, cur: Any) -> int:
+        row = self.execute(cur, "schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def schema_version(self) -> int:
+        def go(cur: Any) -> int:
+            try:
+                return self._read_version(cur)
+            except Exception as exc:
+                if self.classify(exc) is ErrorKind.CONNECTION:
+                    raise
+                raise _MissingSchema from exc
+        try:
+            return self.run("schema_version", go, retry=False)
+        except _MissingSchema:
+            return 0
+
+    def latest_version(self) -> int:
+        return load_migrations(self.engine, self.prefix)[-1][0]
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaError` unless the schema is at this portq's version."""
+        have, want = self.schema_version(), self.latest_version()
+        if have != want:
+            raise SchemaError(
+                f"{self.url.redacted()} has portq schema version {have}, this portq needs "
+                f"{want}: run `portq migrate URL`")
+
+    # ---- enqueue ------------------------------------------------------------------------
+
+    def accepts_connection(self, conn: Any) -> bool:
+        return type(conn).__module__.split(".")[0] == self.driver_module
+
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+        if conn is None:
+            return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
+        cur = conn.cursor()
+        try:
+            return self.insert_jobs(cur, jobs)
+        finally:
+            _close_quietly(cur)
+
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """Insert each job on ``cur`` (never committing); existing keys return their id."""
+        ids = []
+        for job in jobs:
+            params = self.job_params(job)
+            job_id = self.insert_job(cur, params)
+            if job_id is None:
+                row = self.execute(cur, "job_id_by_key", {"key": job.key}).fetchone()
+                if row is None:
+                    raise DatabaseError(f"job key {job.key!r} conflicted but no job holds it")
+                job_id = int(row[0])
+            ids.append(job_id)
+        return ids
+
+    def job_params(self, job: NewJob) -> dict[str, Any]:
+        return {
+            "queue": job.queue, "payload": job.payload_json, "priority": job.priority,
+            "run_at": None if job.run_at is None else self.to_db_time(job.run_at),
+            "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
+        }
+
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
+        """Insert one job; return its id, or None when its key already exists."""
+        row = self.execute(cur, "insert_job", params).fetchone()
+        return None if row is None else int(row[0])
+
+    # ---- claim and fencing --------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
+        params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
+        rows = self.run("claim", lambda cur: self.claim_rows(cur, params))
+        return [self.job_from_row(row, worker_id) for row in rows]
+
+    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+        """Claim in the open transaction; rows are CLAIM_COLUMNS. Default: one statement."""
+        return list(self.execute(cur, "claim", params).fetchall())
+
+    #: column order of claimed rows: job_id, queue, payload, priority, attempts,
+    #: max_attempts, job_key, lease_until
+    def job_from_row(self, row: Sequence[Any], worker_id: str) -> Job:
+        job_id, queue, payload, priority, attempts, max_attempts, key, lease_until = row
+        lease = self.from_db_time(lease_until)
+        assert lease is not None
+        claim = Claim(int(job_id), int(attempts), worker_id, lease)
+        return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
+                   attempt=int(attempts), max_attempts=int(max_attempts), key=key,
+                   priority=int(priority), claim=claim)
+
+    def load_payload(self, value: Any) -> Any:
+        if isinstance(value, bytes | bytearray | memoryview):
+            value = bytes(value).decode("utf-8")
+        elif not isinstance(value, str) and hasattr(value, "read"):
+            value = value.read()  # LOBs
+        return json.loads(value)
+
+    @staticmethod
+    def guard(claim: Claim) -> dict[str, Any]:
+        return {"job_id": claim.job_id, "generation": claim.generation,
+                "worker_id": claim.worker_id}
+
+    def _guarded(self, op: str, params: dict[str, Any]) -> bool:
+        return bool(self.run(op, lambda cur: self.execute(cur, op, params).rowcount == 1))
+
+    def renew(self, claim: Claim, lease_ms: int) -> bool:
+        return self._guarded("renew", {**self.guard(claim), "lease_ms": lease_ms})
+
+    def complete(self, claim: Claim) -> bool:
+        return self._guarded("complete", self.guard(claim))
+
+    def release(self, claim: Claim) -> bool:
+        return self._guarded("release", self.guard(claim))
+
+    def fail(self, claim: Claim, error: str, retry_in_ms: int | None) -> bool:
+        params = {**self.guard(claim), "error": error[:4000],
+                  "retryable": 0 if retry_in_ms is None else 1,
+                  "retry_ms": max(0, retry_in_ms or 0)}
+
+        def go(cur: Any) -> bool:
+            if self.execute(cur, "fail", params).rowcount != 1:
+                return False
+            self.execute(cur, "record_error", {**params, "error": error[:8000]})
+            return True
+        return self.run("fail", go)
+
+    # ---- maintenance and operators ------------------------------------------------------
+
+    def reap(self, limit: int, delay_ms: int) -> int:
+        params = {"limit": limit, "delay_ms": delay_ms}
+        return self.run("reap", lambda cur: self.reap_rows(cur, params))
+
+    def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
+        return int(self.execute(cur, "reap", params).rowcount)
+
+    def prune(self, older_than_ms: int, limit: int, states: Sequence[str],
+              queue: str | None = None) -> int:
+        params = {"older_than_ms": older_than_ms, "limit": limit, "states": tuple(states),
+                  "queue": queue or ALL_QUEUES}
+        return self.run("prune", lambda cur: self.prune_rows(cur, params))
+
+    def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
+        return int(self.execute(cur, "prune", params).rowcount)
+
+    def retry_dead(self, job_id: int, extra_attempts: int) -> bool:
+        params = {"job_id": job_id, "extra": extra_attempts}
+        return bool(self.run("retry_dead",
+                             lambda cur: self.execute(cur, "retry_dead", params).rowcount == 1))
+
+    def cancel(self, job_id: int) -> bool:
+        return bool(self.run("cancel", lambda cur: self.execute(
+            cur, "cancel", {"job_id": job_id}).rowcount == 1))
+
+    def stats(self, queue: str | None = None) -> list[QueueStats]:
+        rows = self.run("stats", lambda cur: self.execute(
+            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall())
+        out = []
+        for (q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now,
+             retried, attempted) in rows:
+            oldest_at, now_at = self.from_db_time(oldest), self.from_db_time(now)
+            age = None
+            if oldest_at is not None and now_at is not None:
+                age = max(0.0, (now_at - oldest_at).total_seconds())
+            attempted = int(attempted or 0)
+            out.append(QueueStats(
+                queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
+                running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
+                cancelled=int(cancelled or 0), oldest_ready_age_s=age,
+                retry_rate=(int(retried or 0) / attempted) if attempted else None))
+        return sorted(out, key=lambda s: s.queue)
+
+    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
+        params = {"state": state, "queue": queue or ALL_QUEUES, "limit": limit}
+        rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall())
+        return [JobRecord(
+            id=int(r[0]), queue=r[1], state=r[2], payload=self.load_payload(r[3]),
+            priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
+            run_at=self.from_db_time(r[8]), worker_id=r[9],
+            lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
+        ) for r in rows]
+
+    def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
+        """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
+        rows = self.run("job_errors", lambda cur: self.execute(
+            cur, "job_errors", {"job_id": job_id}).fetchall())
+        return [(int(a), w, self.load_text(e) or "") for a, w, e in rows]
+
+    def load_text(self, value: Any) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        if hasattr(value, "read"):
+            return str(value.read())
+        return str(value)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _MissingSchema(Exception):
+    pass
+
+
+def _close_quietly(obj: Any) -> None:
+    try:
+        obj.close()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _scrub(text: str, url: DatabaseURL) -> str:
+    """Remove the URL's password from a driver message, should a driver echo it."""
+    return text.replace(url.password, "***") if url.password else text
+
+
+def utc_from_micros(value: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))

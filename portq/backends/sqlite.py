@@ -1,0 +1,68 @@
+"""SQLite: one writer at a time. Claims take the write lock up front with BEGIN IMMEDIATE.
+
+Connections run with ``isolation_level=None`` so that portq, not the sqlite3 module,
+decides where transactions start. WAL mode lets readers proceed during a claim;
+``busy_timeout`` waits for the lock, and a BEGIN that still gets SQLITE_BUSY is retried
+with bounded, jittered backoff (:meth:`SqlBackend.run`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from portq.backends.base import ErrorKind, SqlBackend, utc_from_micros
+from portq.errors import ConfigurationError
+from portq.url import DatabaseURL
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class SqliteBackend(SqlBackend):
+    engine = "sqlite"
+    paramstyle = "named"
+    driver_module = "sqlite3"
+
+    def __init__(self, url: DatabaseURL, *, busy_timeout_ms: int = 5000, **kw: Any) -> None:
+        self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
+        if self.busy_timeout_ms < 0:
+            raise ConfigurationError("busy_timeout_ms must not be negative")
+        self.in_memory = url.path == ":memory:"
+        if self.in_memory:
+            # every connection to :memory: is a different database: share exactly one
+            kw["pool_size"] = 1
+        super().__init__(url, **kw)
+
+    def connect(self) -> Any:
+        conn = sqlite3.connect(self.url.path, timeout=self.busy_timeout_ms / 1000,
+                               isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms:d}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if not self.in_memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        return conn
+
+    def begin(self, conn: Any) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        if isinstance(exc, sqlite3.IntegrityError):
+            text = str(exc).upper()
+            return ErrorKind.UNIQUE if "UNIQUE" in text else ErrorKind.CHECK
+        if isinstance(exc, sqlite3.OperationalError):
+            text = str(exc).lower()
+            if "locked" in text or "busy" in text:
+                return ErrorKind.RETRYABLE
+            if "disk i/o" in text or "unable to open" in text:
+                return ErrorKind.CONNECTION
+        if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc).lower():
+            return ErrorKind.CONNECTION
+        return ErrorKind.OTHER
+
+    def to_db_time(self, value: datetime) -> Any:
+        return (value - EPOCH) // timedelta(microseconds=1)
+
+    def from_db_time(self, value: Any) -> datetime | None:
+        return None if value is None else utc_from_micros(value)

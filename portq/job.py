@@ -1,0 +1,83 @@
+"""Value types shared by every backend: job states, claimed jobs and their fencing token."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class State(enum.StrEnum):
+    """Lifecycle of a job row. ``ready`` rows with a future ``run_at`` are "scheduled"."""
+
+    READY = "ready"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = (State.SUCCEEDED, State.DEAD, State.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The fencing token of one claim: only this generation, worker and lease may finish it."""
+
+    job_id: int
+    generation: int
+    worker_id: str
+    lease_until: datetime
+
+
+@dataclass(frozen=True)
+class Job:
+    """A claimed job as a handler sees it. ``attempt`` is the claim's generation (1-based)."""
+
+    id: int
+    queue: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    key: str | None
+    priority: int = 0
+    claim: Claim | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job row as an operator sees it (``portq jobs``)."""
+
+    id: int
+    queue: str
+    state: str
+    payload: Any
+    priority: int
+    attempts: int
+    max_attempts: int
+    key: str | None
+    run_at: datetime | None
+    worker_id: str | None
+    lease_until: datetime | None
+    last_error: str | None
+    created_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counts for one queue, measured by the database clock."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    succeeded: int
+    dead: int
+    cancelled: int
+    oldest_ready_age_s: float | None
+    retry_rate: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -1,0 +1,91 @@
+"""A small thread-safe connection pool shared by every backend.
+
+Policy: connections are reused LIFO; at most ``max_size`` exist at once (callers wait,
+bounded by ``timeout``); a connection on which the backend saw a connection-level error
+is closed and replaced on next use instead of being returned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from portq.errors import DatabaseError
+
+
+class Pool:
+    """Hands out DB-API connections made by ``connect``; see the module docstring."""
+
+    def __init__(self, connect: Callable[[], Any], max_size: int = 10,
+                 timeout: float = 30.0) -> None:
+        if max_size < 1:
+            raise ValueError("pool max_size must be at least 1")
+        self._connect = connect
+        self._max_size = max_size
+        self._timeout = timeout
+        self._idle: list[Any] = []
+        self._size = 0
+        self._cond = threading.Condition()
+        self._closed = False
+
+    @property
+    def max_size(self) -> int:
+        return self._max_size
+
+    def resize(self, max_size: int) -> None:
+        """Allow up to ``max_size`` connections (used when a worker needs more)."""
+        with self._cond:
+            self._max_size = max(self._max_size, max_size)
+            self._cond.notify_all()
+
+    def acquire(self) -> Any:
+        deadline = time.monotonic() + self._timeout
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise DatabaseError("connection pool is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._size < self._max_size:
+                    self._size += 1
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DatabaseError(
+                        f"no free database connection after {self._timeout:.0f}s "
+                        f"(pool max_size={self._max_size})")
+                self._cond.wait(left)
+        try:
+            return self._connect()
+        except BaseException:
+            with self._cond:
+                self._size -= 1
+                self._cond.notify()
+            raise
+
+    def release(self, conn: Any, broken: bool = False) -> None:
+        with self._cond:
+            if broken or self._closed:
+                self._size -= 1
+                _close_quietly(conn)
+            else:
+                self._idle.append(conn)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._size -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
+            _close_quietly(conn)
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - closing a dead connection may fail in any way
+        pass

@@ -1,0 +1,101 @@
+"""The claim protocol every backend implements (DESIGN.md). No SQL lives here.
+
+Durations are milliseconds and are added to the *database* clock by the SQL itself;
+no deadline is ever computed from a worker's clock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.url import DatabaseURL
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated job about to be inserted (built by :meth:`portq.Queue.enqueue`)."""
+
+    queue: str
+    payload_json: str
+    priority: int = 0
+    run_at: datetime | None = None
+    delay_ms: int = 0
+    max_attempts: int = 25
+    key: str | None = None
+
+
+class Backend(ABC):
+    """One database engine. Methods without ``conn`` run in their own short transaction."""
+
+    engine: str
+    url: DatabaseURL
+
+    @abstractmethod
+    def migrate(self) -> int:
+        """Create or upgrade the schema idempotently; return the schema version."""
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The recorded schema version (0 when the schema does not exist)."""
+
+    @abstractmethod
+    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+        """Insert jobs; with ``conn``, inside the caller's open transaction, never committing.
+
+        A job whose ``key`` already exists is not inserted again; its existing id is
+        returned, and the caller's transaction stays usable.
+        """
+
+    @abstractmethod
+    def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
+        """Claim up to ``limit`` due, ready jobs of one queue, skipping rows others lock."""
+
+    @abstractmethod
+    def renew(self, claim: Claim, lease_ms: int) -> bool:
+        """Extend the lease if the claim still owns the job and its lease has not expired."""
+
+    @abstractmethod
+    def complete(self, claim: Claim) -> bool:
+        """Mark the job succeeded if the claim still owns it; False means ownership was lost."""
+
+    @abstractmethod
+    def fail(self, claim: Claim, error: str, retry_in_ms: int | None) -> bool:
+        """Back to ready after ``retry_in_ms``, or dead when attempts are spent or it is None."""
+
+    @abstractmethod
+    def release(self, claim: Claim) -> bool:
+        """Give an unfinished job back (graceful shutdown) without spending its attempt."""
+
+    @abstractmethod
+    def reap(self, limit: int, delay_ms: int) -> int:
+        """Return up to ``limit`` expired leases to ready after ``delay_ms``, or to dead."""
+
+    @abstractmethod
+    def prune(self, older_than_ms: int, limit: int, states: Sequence[str],
+              queue: str | None = None) -> int:
+        """Delete up to ``limit`` jobs in ``states`` finished more than ``older_than_ms`` ago."""
+
+    @abstractmethod
+    def retry_dead(self, job_id: int, extra_attempts: int) -> bool:
+        """Make a dead or cancelled job ready now with ``extra_attempts`` more attempts."""
+
+    @abstractmethod
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a ready or running job (a running job's owner then fails its fencing)."""
+
+    @abstractmethod
+    def stats(self, queue: str | None = None) -> list[QueueStats]:
+        """Per-queue counts and the oldest ready job's age, by the database clock."""
+
+    @abstractmethod
+    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
+        """List jobs in one state, oldest first."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every pooled connection."""

@@ -1,0 +1,285 @@
+"""The public API: :func:`connect` and :class:`Queue`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from portq.backends import backend_for
+from portq.backends.base import SqlBackend
+from portq.errors import ConfigurationError, InvalidQueueName, PayloadError
+from portq.job import Claim, Job, JobRecord, QueueStats, State
+from portq.protocol import NewJob
+from portq.retry import DEFAULT_BACKOFF, Backoff
+from portq.url import parse_url
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+MAX_KEY_LENGTH = 255
+INT32 = 2**31 - 1
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+DEFAULT_MAX_ATTEMPTS = 25
+
+
+def connect(url: str, **options: Any) -> Queue:
+    """Open a :class:`Queue` on the database named by ``url``.
+
+    Options: ``prefix`` (table prefix, default ``portq_``), ``pool_size``,
+    ``max_payload_bytes`` (default 1 MiB), ``max_attempts`` (default 25),
+    ``backoff`` (a :class:`portq.Backoff`), and engine options such as SQLite's
+    ``busy_timeout_ms``.
+    """
+    queue_opts = {k: options.pop(k) for k in ("max_payload_bytes", "max_attempts", "backoff")
+                  if k in options}
+    return Queue(backend_for(parse_url(url), **options), **queue_opts)
+
+
+def validate_queue(name: str) -> str:
+    """Return ``name`` if it is 1-128 characters of ``[A-Za-z0-9_.:-]``."""
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise InvalidQueueName(
+            f"invalid queue name {name!r}: use 1-128 characters of letters, digits, "
+            "'_', '.', ':' and '-'")
+    return name
+
+
+def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
+    """``value`` as an int that is > 0 (or >= 0), else a :class:`ConfigurationError`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero) or value > INT32:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigurationError(f"{what} must be {bound} and <= {INT32}, got {value}")
+    return value
+
+
+def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
+    """Seconds (int or float) as whole milliseconds, validated."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
+            not math.isfinite(seconds):
+        raise ConfigurationError(f"{what} must be a number of seconds, got {seconds!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ConfigurationError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds, "
+                                 f"got {seconds}")
+    ms = math.ceil(seconds * 1000)
+    if ms > 100 * 365 * 86_400_000:
+        raise ConfigurationError(f"{what} of {seconds} seconds is too long")
+    return ms
+
+
+class Queue:
+    """Jobs in one database. Thread-safe; share one per process.
+
+    Delivery is at-least-once: a job may run again after a crash or a lost lease, so
+    handlers with external effects should use the job's id or key for idempotency.
+    """
+
+    def __init__(self, backend: SqlBackend, *,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                 backoff: Backoff = DEFAULT_BACKOFF) -> None:
+        self.backend = backend
+        self.max_payload_bytes = positive_int(max_payload_bytes, "max_payload_bytes")
+        self.default_max_attempts = positive_int(max_attempts, "max_attempts")
+        self.backoff = backoff
+
+    def __repr__(self) -> str:
+        return f"Queue({self.backend.url.redacted()!r})"
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The database URL without its password."""
+        return self.backend.url.redacted()
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # ---- schema -------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        """Create or upgrade portq's tables; safe to run concurrently and repeatedly."""
+        return self.backend.migrate()
+
+    # ---- enqueue ------------------------------------------------------------------------
+
+    def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
+                run_at: datetime | None = None, delay: float | None = None,
+                max_attempts: int | None = None, key: str | None = None,
+                conn: Any = None) -> int:
+        """Add one job and return its id (the existing job's id if ``key`` is taken).
+
+        With ``conn`` (a DB-API connection of this engine's driver, or a SQLAlchemy
+        ``Connection``/``Session``), the row is written in the caller's open transaction
+        and becomes visible only if the caller commits. Without it, portq commits.
+        """
+        job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
+                           max_attempts=max_attempts, key=key)
+        return self.backend.enqueue([job], conn=self._dbapi(conn))[0]
+
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
+        """Add many jobs in one transaction (or the caller's); each mapping holds
+        ``queue``, ``payload`` and optionally the keyword arguments of :meth:`enqueue`."""
+        built = []
+        for i, spec in enumerate(jobs):
+            if not isinstance(spec, Mapping) or "queue" not in spec:
+                raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
+            unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
+                                   "max_attempts", "key"}
+            if unknown:
+                raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
+            built.append(self.new_job(**spec))
+        if not built:
+            return []
+        return self.backend.enqueue(built, conn=self._dbapi(conn))
+
+    def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
+                run_at: datetime | None = None, delay: float | None = None,
+                max_attempts: int | None = None, key: str | None = None) -> NewJob:
+        """Validate one job's fields; raise before anything is written."""
+        validate_queue(queue)
+        if isinstance(priority, bool) or not isinstance(priority, int) or \
+                not -INT32 <= priority <= INT32:
+            raise ConfigurationError(f"priority must be an integer in 32-bit range, "
+                                     f"got {priority!r}")
+        if run_at is not None and delay is not None:
+            raise ConfigurationError("give run_at or delay, not both")
+        if run_at is not None:
+            if not isinstance(run_at, datetime):
+                raise ConfigurationError(f"run_at must be a datetime, got {run_at!r}")
+            if run_at.tzinfo is None or run_at.utcoffset() is None:
+                raise ConfigurationError("run_at must be timezone-aware (e.g. "
+                                         "datetime.now(timezone.utc)); got a naive datetime")
+        delay_ms = 0 if delay is None else duration_ms(delay, "delay", allow_zero=True)
+        attempts = self.default_max_attempts if max_attempts is None else \
+            positive_int(max_attempts, "max_attempts")
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH):
+            raise ConfigurationError(f"key must be a string of 1-{MAX_KEY_LENGTH} characters, "
+                                     f"got {key!r}")
+        return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
+                      run_at=run_at, delay_ms=delay_ms, max_attempts=attempts, key=key)
+
+    def dump_payload(self, payload: Any) -> str:
+        """The payload as JSON text, or :class:`PayloadError` naming the problem."""
+        try:
+            text = json.dumps(payload, ensure_ascii=False, allow_nan=False,
+                              separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
+        size = len(text.encode("utf-8"))
+        if size > self.max_payload_bytes:
+            raise PayloadError(f"payload is {size} bytes of JSON, over the limit of "
+                               f"{self.max_payload_bytes} (max_payload_bytes)")
+        if "\x00" in text:
+            raise PayloadError("payload contains a NUL character, which not every "
+                               "database can store")
+        return text
+
+    def _dbapi(self, conn: Any) -> Any:
+        """The DB-API connection under ``conn`` (unwrapping SQLAlchemy), checked."""
+        if conn is None:
+            return None
+        module = type(conn).__module__
+        if module.startswith("sqlalchemy"):
+            if hasattr(conn, "get_bind") and hasattr(conn, "connection"):  # orm.Session
+                conn = conn.connection()
+            conn = conn.connection.dbapi_connection
+        if not self.backend.accepts_connection(conn):
+            raise ConfigurationError(
+                f"conn is a {type(conn).__module__}.{type(conn).__name__}; the "
+                f"{self.backend.engine} backend needs a {self.backend.driver_module} "
+                "connection (or a SQLAlchemy Connection/Session using it)")
+        return conn
+
+    # ---- claiming -----------------------------------------------------------------------
+
+    def claim(self, queue: str, worker_id: str, *, limit: int = 1,
+              lease: float = 30.0) -> list[Job]:
+        """Claim up to ``limit`` due jobs of one queue for ``lease`` seconds."""
+        validate_queue(queue)
+        if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
+            raise ConfigurationError("worker_id must be a string of 1-200 characters")
+        return self.backend.claim(queue, worker_id, positive_int(limit, "limit"),
+                                  duration_ms(lease, "lease"))
+
+    def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
+        """Extend the lease; False means the claim no longer owns the job."""
+        return self.backend.renew(_claim_of(job), duration_ms(lease, "lease"))
+
+    def complete(self, job: Job | Claim) -> bool:
+        """Mark succeeded; False means ownership was lost and nothing was written."""
+        return self.backend.complete(_claim_of(job))
+
+    def fail(self, job: Job | Claim, error: str, *, retry_in: float | None = None) -> bool:
+        """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
+        ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
+        return self.backend.fail(_claim_of(job), str(error), ms)
+
+    def release(self, job: Job | Claim) -> bool:
+        """Return an unfinished job to ready now without spending its attempt."""
+        return self.backend.release(_claim_of(job))
+
+    # ---- maintenance and operators ------------------------------------------------------
+
+    def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
+        """Return expired leases to ready after ``delay`` seconds (or dead); count them."""
+        return self.backend.reap(positive_int(limit, "limit"),
+                                 duration_ms(delay, "delay", allow_zero=True))
+
+    def prune(self, older_than: float, *, limit: int = 1000,
+              states: Sequence[str] = (State.SUCCEEDED, State.CANCELLED),
+              queue: str | None = None) -> int:
+        """Delete up to ``limit`` jobs finished ``older_than`` seconds ago; dead ones are
+        kept unless ``states`` names them."""
+        bad = [s for s in states if s not in ("succeeded", "dead", "cancelled")]
+        if bad or not states:
+            raise ConfigurationError(f"prune states must be among succeeded, dead, cancelled; "
+                                     f"got {list(states)!r}")
+        if queue is not None:
+            validate_queue(queue)
+        return self.backend.prune(duration_ms(older_than, "older_than", allow_zero=True),
+                                  positive_int(limit, "limit"), [str(s) for s in states], queue)
+
+    def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
+        """Make a dead or cancelled job ready again with ``extra_attempts`` more attempts."""
+        return self.backend.retry_dead(positive_int(job_id, "job_id"),
+                                       positive_int(extra_attempts, "extra_attempts"))
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a ready or running job; False if it was not ready or running."""
+        return self.backend.cancel(positive_int(job_id, "job_id"))
+
+    def stats(self, queue: str | None = None) -> list[QueueStats]:
+        """Per-queue counts, oldest-ready age and retry rate."""
+        if queue is not None:
+            validate_queue(queue)
+        return self.backend.stats(queue)
+
+    def jobs(self, state: str, *, queue: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """List jobs in one state (e.g. ``dead``), oldest first."""
+        if state not in {s.value for s in State}:
+            raise ConfigurationError(f"unknown state {state!r}; one of "
+                                     f"{', '.join(s.value for s in State)}")
+        if queue is not None:
+            validate_queue(queue)
+        return self.backend.jobs(state, queue, positive_int(limit, "limit"))
+
+    def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
+        """``(attempt, worker_id, error)`` for each failed attempt of a job."""
+        return self.backend.job_errors(positive_int(job_id, "job_id"))
+
+
+def _claim_of(job: Job | Claim) -> Claim:
+    if isinstance(job, Claim):
+        return job
+    if isinstance(job, Job) and job.claim is not None:
+        return job.claim
+    raise ConfigurationError("expected a claimed Job or a Claim")
