@@ -72,8 +72,9 @@ class SqlBackend(Backend):
         """Map a driver exception to an :class:`ErrorKind`."""
         raise NotImplementedError
 
-    def begin(self, conn: Any) -> None:
-        """Start a transaction on a pooled connection (most drivers do so implicitly)."""
+    def begin(self, conn: Any, write: bool) -> None:
+        """Start a transaction on a pooled connection (most drivers do so implicitly);
+        ``write`` is False for transactions that only read."""
 
     def to_db_time(self, value: datetime) -> Any:
         """Convert an aware datetime to the engine's column value (default: naive UTC)."""
@@ -101,12 +102,12 @@ class SqlBackend(Backend):
         return cur
 
     @contextmanager
-    def transaction(self) -> Iterator[Any]:
+    def transaction(self, write: bool = True) -> Iterator[Any]:
         """A cursor in one short transaction on a pooled connection; commit or roll back."""
         conn = self.pool.acquire()
         broken = False
         try:
-            self.begin(conn)
+            self.begin(conn, write)
             cur = conn.cursor()
             try:
                 yield cur
@@ -124,16 +125,17 @@ class SqlBackend(Backend):
         broken = not isinstance(exc, Exception) or self.classify(exc) is ErrorKind.CONNECTION
         try:
             conn.rollback()
-        except Exception:  # noqa: BLE001 - a failed rollback means the connection is unusable
+        except Exception:
             broken = True
         return broken
 
-    def run(self, op: str, fn: Callable[[Any], T], *, retry: bool = True) -> T:
+    def run(self, op: str, fn: Callable[[Any], T], *, retry: bool = True,
+            write: bool = True) -> T:
         """Run ``fn(cursor)`` in a transaction, retrying transient conflicts a bounded time."""
         attempt = 0
         while True:
             try:
-                with self.transaction() as cur:
+                with self.transaction(write) as cur:
                     return fn(cur)
             except DatabaseError:
                 raise
@@ -187,7 +189,7 @@ class SqlBackend(Backend):
                     raise
                 raise _MissingSchema from exc
         try:
-            return self.run("schema_version", go, retry=False)
+            return self.run("schema_version", go, retry=False, write=False)
         except _MissingSchema:
             return 0
 
@@ -329,7 +331,7 @@ class SqlBackend(Backend):
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         rows = self.run("stats", lambda cur: self.execute(
-            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall())
+            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
         out = []
         for (q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now,
              retried, attempted) in rows:
@@ -347,7 +349,8 @@ class SqlBackend(Backend):
 
     def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
         params = {"state": state, "queue": queue or ALL_QUEUES, "limit": limit}
-        rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall())
+        rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall(),
+                        write=False)
         return [JobRecord(
             id=int(r[0]), queue=r[1], state=r[2], payload=self.load_payload(r[3]),
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
@@ -359,7 +362,7 @@ class SqlBackend(Backend):
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         rows = self.run("job_errors", lambda cur: self.execute(
-            cur, "job_errors", {"job_id": job_id}).fetchall())
+            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
         return [(int(a), w, self.load_text(e) or "") for a, w, e in rows]
 
     def load_text(self, value: Any) -> str | None:
@@ -380,7 +383,7 @@ class _MissingSchema(Exception):
 def _close_quietly(obj: Any) -> None:
     try:
         obj.close()
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
 
 

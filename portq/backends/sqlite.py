@@ -23,6 +23,7 @@ class SqliteBackend(SqlBackend):
     engine = "sqlite"
     paramstyle = "named"
     driver_module = "sqlite3"
+    max_retries = 3  # each attempt already waits up to busy_timeout_ms for the lock
 
     def __init__(self, url: DatabaseURL, *, busy_timeout_ms: int = 5000, **kw: Any) -> None:
         self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
@@ -44,8 +45,8 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA synchronous = NORMAL")
         return conn
 
-    def begin(self, conn: Any) -> None:
-        conn.execute("BEGIN IMMEDIATE")
+    def begin(self, conn: Any, write: bool) -> None:
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, sqlite3.IntegrityError):

@@ -1,0 +1,41 @@
+"""Small helpers shared by the conformance tests (no database fakes: real engines only)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import portq
+from portq.backends.base import ErrorKind
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,
+               interval: float = 0.05) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def counts(queue: portq.Queue, qname: str) -> dict[str, Any]:
+    """The stats of one queue as a dict (zeros when the queue has no rows)."""
+    for s in queue.stats(qname):
+        return s.as_dict()
+    return {"queue": qname, "ready": 0, "scheduled": 0, "running": 0, "succeeded": 0,
+            "dead": 0, "cancelled": 0, "oldest_ready_age_s": None, "retry_rate": None}
+
+
+def raw_update(queue: portq.Queue, sql: str, params: dict[str, Any]) -> ErrorKind | None:
+    """Run one raw statement on the test table; return the error kind it raised, if any."""
+    backend = queue.backend
+    sql = sql.replace("portq_", backend.prefix)
+    try:
+        with backend.transaction() as cur:
+            backend.execute(cur, sql, params)
+    except Exception as exc:
+        return backend.classify(exc)
+    return None

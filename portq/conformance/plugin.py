@@ -1,0 +1,169 @@
+"""pytest plugin that points the conformance suite at one or more engines.
+
+``portq conformance URL`` passes ``--portq-url URL``. In portq's own test run (no
+``--portq-url``) the suite targets every engine it can find: a temporary SQLite file,
+PostgreSQL and MariaDB/MySQL at the URLs in ``PORTQ_TEST_PG_URL`` / ``PORTQ_TEST_MYSQL_URL``
+(defaults: the local servers), and SQL Server / Oracle at ``PORTQ_TEST_MSSQL_URL`` /
+``PORTQ_TEST_ORACLE_URL`` or, where Docker runs, in testcontainers. An engine that cannot
+be reached is SKIPPED with the reason — never reported as passed — unless it is named in
+``--portq-require`` (or ``PORTQ_REQUIRE_ENGINES``), in which case its tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import portq
+from portq.url import parse_url
+
+TEST_PREFIX = "portqt_"  # conformance tables never touch an application's portq_ tables
+ENGINE_LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB",
+                 "sqlserver": "SQL Server", "oracle": "Oracle"}
+
+
+@dataclass
+class Target:
+    """One engine under test; ``url`` is None when nothing could be found to run it on."""
+
+    engine: str
+    url: str | None
+    reason: str = ""
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.engine
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("portq")
+    group.addoption("--portq-url", action="append", default=[],
+                    help="database URL to run the conformance suite against (repeatable)")
+    group.addoption("--portq-require", default=os.environ.get("PORTQ_REQUIRE_ENGINES", ""),
+                    help="comma-separated engines whose tests must run (fail, not skip, "
+                         "when unreachable): sqlite,postgres,mysql,sqlserver,oracle")
+
+
+def _default_targets() -> list[Target]:
+    tmp = Path(tempfile.mkdtemp(prefix="portq-conformance-"))
+    targets = [
+        Target("sqlite", f"sqlite:///{tmp / 'conformance.db'}"),
+        Target("postgres", os.environ.get("PORTQ_TEST_PG_URL",
+                                          "postgresql://postgres@127.0.0.1:5432/test")),
+        Target("mysql", os.environ.get("PORTQ_TEST_MYSQL_URL",
+                                       "mysql://root@127.0.0.1:3306/test")),
+    ]
+    for engine, var in (("sqlserver", "PORTQ_TEST_MSSQL_URL"),
+                        ("oracle", "PORTQ_TEST_ORACLE_URL")):
+        url = os.environ.get(var)
+        targets.append(Target(engine, url) if url else _container_target(engine, var))
+    return targets
+
+
+def _container_target(engine: str, var: str) -> Target:
+    label = ENGINE_LABELS[engine]
+    try:
+        from portq.conformance.containers import container_url
+    except ImportError:
+        return Target(engine, None, f"no {label} server reachable ({var} not set)")
+    found = container_url(engine)
+    if found is None:
+        return Target(engine, None,
+                      f"no {label} server reachable ({var} not set and Docker not available)")
+    url, stop = found
+    return Target(engine, url, cleanup=[stop])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    urls: list[str] = config.getoption("--portq-url")
+    if urls:
+        targets = [Target(parse_url(u).engine, u) for u in urls]
+    else:
+        targets = None  # resolved lazily: only when a test needs an engine
+    config.stash[_TARGETS] = targets
+    config.stash[_REQUIRED] = {e.strip() for e in
+                               str(config.getoption("--portq-require")).split(",") if e.strip()}
+
+
+_TARGETS = pytest.StashKey[list[Target] | None]()
+_REQUIRED = pytest.StashKey[set[str]]()
+
+
+def _targets(config: pytest.Config) -> list[Target]:
+    targets = config.stash[_TARGETS]
+    if targets is None:
+        targets = _default_targets()
+        config.stash[_TARGETS] = targets
+    return targets
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" in metafunc.fixturenames:
+        targets = _targets(metafunc.config)
+        metafunc.parametrize("target", targets, ids=[t.id for t in targets], scope="session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for target in config.stash.get(_TARGETS, None) or []:
+        for stop in target.cleanup:
+            stop()
+
+
+@pytest.fixture(scope="session")
+def engine_url(target: Target, request: pytest.FixtureRequest) -> str:
+    """The URL of the engine under test, migrated; skips (or fails) when unreachable."""
+    required = request.config.stash[_REQUIRED]
+    label = ENGINE_LABELS.get(target.engine, target.engine)
+    if target.url is None:
+        _unreachable(target.engine in required, target.reason)
+        raise AssertionError("unreachable")
+    try:
+        with portq.connect(target.url, prefix=TEST_PREFIX) as q:
+            q.migrate()
+    except (portq.DatabaseError, portq.DriverMissingError, OSError) as exc:
+        _unreachable(target.engine in required,
+                     f"no {label} server reachable at {parse_url(target.url).redacted()}: {exc}")
+    return target.url
+
+
+def _unreachable(required: bool, reason: str) -> None:
+    if required:
+        pytest.fail(f"required engine unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def queue(engine_url: str) -> Iterator[portq.Queue]:
+    """A Queue on the engine under test, using the conformance table prefix."""
+    q = portq.connect(engine_url, prefix=TEST_PREFIX, pool_size=16)
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def qname() -> str:
+    """A queue name no other test uses."""
+    return f"conf-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def worker_id() -> str:
+    return f"w-{uuid.uuid4().hex[:8]}"
+
+
+def raw_connection(queue: portq.Queue) -> Any:
+    """A new driver connection of the engine under test, in an open transaction, as an
+    application would hold it (the caller closes it)."""
+    backend = queue.backend
+    conn = backend.connect()
+    if backend.engine == "sqlite":
+        conn.execute("BEGIN")
+    return conn

@@ -1,0 +1,67 @@
+"""Invariant 3: only the generation, worker and unexpired lease that claimed a job may
+renew, complete, fail or release it."""
+
+from __future__ import annotations
+
+import time
+
+import portq
+from portq.conformance.helpers import counts
+from portq.job import Claim
+
+
+def _expire(lease_s: float) -> None:
+    time.sleep(lease_s + 0.25)
+
+
+def test_stale_generation_cannot_finish_a_reclaimed_job(queue: portq.Queue,
+                                                        qname: str) -> None:
+    queue.enqueue(qname, "x", max_attempts=5)
+    (a,) = queue.claim(qname, "worker-a", limit=1, lease=0.3)
+    _expire(0.3)
+    assert queue.renew(a, lease=30) is False, "renewed an expired lease"
+    assert queue.reap(limit=100, delay=0) >= 1
+    (b,) = queue.claim(qname, "worker-b", limit=1, lease=30)
+    assert b.id == a.id and b.attempt == a.attempt + 1
+    assert queue.complete(a) is False
+    assert queue.renew(a, lease=30) is False
+    assert queue.fail(a, "late failure", retry_in=0) is False
+    assert queue.release(a) is False
+    assert queue.complete(b) is True
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["ready"], c["running"], c["dead"]) == (1, 0, 0, 0)
+
+
+def test_expired_lease_cannot_complete_even_before_reclaim(queue: portq.Queue,
+                                                           qname: str) -> None:
+    queue.enqueue(qname, "x")
+    (a,) = queue.claim(qname, "worker-a", limit=1, lease=0.3)
+    _expire(0.3)
+    assert queue.complete(a) is False
+    assert counts(queue, qname)["running"] == 1  # left for the reaper
+
+
+def test_wrong_worker_or_generation_is_rejected(queue: portq.Queue, qname: str) -> None:
+    queue.enqueue(qname, "x")
+    (a,) = queue.claim(qname, "worker-a", limit=1, lease=30)
+    assert a.claim is not None
+    forged_worker = Claim(a.id, a.claim.generation, "worker-z", a.claim.lease_until)
+    forged_gen = Claim(a.id, a.claim.generation + 1, "worker-a", a.claim.lease_until)
+    for forged in (forged_worker, forged_gen):
+        assert queue.complete(forged) is False
+        assert queue.renew(forged) is False
+        assert queue.fail(forged, "no") is False
+    assert queue.renew(a, lease=60) is True
+    assert queue.complete(a) is True
+    assert queue.complete(a) is False, "completed twice"
+
+
+def test_release_returns_the_job_without_spending_an_attempt(queue: portq.Queue,
+                                                             qname: str) -> None:
+    queue.enqueue(qname, "x", max_attempts=2)
+    (a,) = queue.claim(qname, "worker-a", limit=1, lease=30)
+    assert queue.release(a) is True
+    (b,) = queue.claim(qname, "worker-b", limit=1, lease=30)
+    assert b.id == a.id and b.attempt == 1
+    assert queue.complete(a) is False  # old owner, same generation number, other worker
+    assert queue.complete(b) is True

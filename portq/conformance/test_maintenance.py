@@ -1,0 +1,57 @@
+"""Invariant 8 (prune) and the operator view: prune deletes only finished jobs, in bounds;
+stats count by the database clock."""
+
+from __future__ import annotations
+
+import time
+
+import portq
+from portq.conformance.helpers import counts
+
+
+def _finish(queue: portq.Queue, qname: str, n: int) -> list[int]:
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
+    for job in queue.claim(qname, "w", limit=n):
+        assert queue.complete(job)
+    return ids
+
+
+def test_prune_deletes_only_finished_jobs_in_bounds(queue: portq.Queue, qname: str) -> None:
+    _finish(queue, qname, 7)
+    dead = queue.enqueue(qname, "dead", max_attempts=1)
+    queue.fail(queue.claim(qname, "w", limit=1)[0], "boom")
+    queue.enqueue(qname, "ready")
+    queue.enqueue(qname, "running")
+    queue.claim(qname, "w", limit=1)
+    time.sleep(0.05)
+    assert queue.prune(3600, queue=qname) == 0, "pruned jobs younger than older_than"
+    assert queue.prune(0, limit=3, queue=qname) == 3
+    assert queue.prune(0, limit=100, queue=qname) == 4
+    assert queue.prune(0, limit=100, queue=qname) == 0
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["dead"], c["ready"] + c["running"]) == (0, 1, 2)
+    assert queue.prune(0, states=["dead"], queue=qname) == 1
+    assert queue.jobs("dead", queue=qname) == [] and dead > 0
+
+
+def test_stats_counts_and_age(queue: portq.Queue, qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+    queue.enqueue(qname, "later", delay=600)
+    time.sleep(0.3)
+    queue.claim(qname, "w", limit=1)
+    c = counts(queue, qname)
+    assert (c["ready"], c["scheduled"], c["running"]) == (3, 1, 1)
+    assert c["oldest_ready_age_s"] is not None and 0.2 <= c["oldest_ready_age_s"] < 120
+    assert c["retry_rate"] == 0.0
+
+
+def test_bounds_are_validated(queue: portq.Queue, qname: str) -> None:
+    import pytest
+    for bad in (lambda: queue.claim(qname, "w", limit=0),
+                lambda: queue.claim(qname, "w", limit=-1),
+                lambda: queue.claim(qname, "w", lease=0),
+                lambda: queue.reap(limit=0),
+                lambda: queue.prune(-1),
+                lambda: queue.prune(1, states=["ready"])):
+        with pytest.raises(portq.ConfigurationError):
+            bad()
