@@ -7,6 +7,7 @@ is closed and replaced on next use instead of being returned.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -69,7 +70,7 @@ class Pool:
         with self._cond:
             if broken or self._closed:
                 self._size -= 1
-                _close_quietly(conn)
+                close_quietly(conn)
             else:
                 self._idle.append(conn)
             self._cond.notify()
@@ -81,11 +82,10 @@ class Pool:
             self._size -= len(idle)
             self._cond.notify_all()
         for conn in idle:
-            _close_quietly(conn)
+            close_quietly(conn)
 
 
-def _close_quietly(conn: Any) -> None:
-    try:
-        conn.close()
-    except Exception:  # noqa: BLE001 - closing a dead connection may fail in any way
-        pass
+def close_quietly(resource: Any) -> None:
+    """Close a connection or cursor that may already be dead."""
+    with contextlib.suppress(Exception):
+        resource.close()

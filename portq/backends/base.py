@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
 from portq.job import Claim, Job, JobRecord, QueueStats
-from portq.pool import Pool
+from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
 from portq.url import DatabaseURL
@@ -112,7 +112,7 @@ class SqlBackend(Backend):
             try:
                 yield cur
             finally:
-                _close_quietly(cur)
+                close_quietly(cur)
             conn.commit()
         except BaseException as exc:
             broken = self._rollback(conn, exc)
@@ -216,7 +216,7 @@ class SqlBackend(Backend):
         try:
             return self.insert_jobs(cur, jobs)
         finally:
-            _close_quietly(cur)
+            close_quietly(cur)
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
@@ -378,13 +378,6 @@ class SqlBackend(Backend):
 
 class _MissingSchema(Exception):
     pass
-
-
-def _close_quietly(obj: Any) -> None:
-    try:
-        obj.close()
-    except Exception:
-        pass
 
 
 def _scrub(text: str, url: DatabaseURL) -> str:

@@ -84,10 +84,8 @@ def _container_target(engine: str, var: str) -> Target:
 
 def pytest_configure(config: pytest.Config) -> None:
     urls: list[str] = config.getoption("--portq-url")
-    if urls:
-        targets = [Target(parse_url(u).engine, u) for u in urls]
-    else:
-        targets = None  # resolved lazily: only when a test needs an engine
+    # without --portq-url, targets are found lazily: only when a test needs an engine
+    targets = [Target(parse_url(u).engine, u) for u in urls] if urls else None
     config.stash[_TARGETS] = targets
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
