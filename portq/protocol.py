@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.url import DatabaseURL
@@ -32,7 +32,7 @@ class NewJob:
 class Backend(ABC):
     """One database engine. Methods without ``conn`` run in their own short transaction."""
 
-    engine: str
+    engine: ClassVar[str]
     url: DatabaseURL
 
     @abstractmethod

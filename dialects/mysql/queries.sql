@@ -1,0 +1,163 @@
+-- Named statements for MySQL 8.0.16+ / MariaDB 10.6+ (InnoDB).
+--
+-- "now" is UTC_TIMESTAMP(6), whatever the session time zone; durations arrive in
+-- milliseconds: UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND.
+--
+-- Neither engine has UPDATE ... RETURNING, and neither lets an UPDATE or DELETE select
+-- from its own table with LIMIT in a subquery. The operations that need that (claim,
+-- reap, prune) are therefore several statements, run in order in one transaction by
+-- portq/backends/mysql.py: the first locks ids with FOR UPDATE SKIP LOCKED, the next
+-- ones use them as :ids. migration_lock is two statements too: acquire, release.
+--
+-- Single-table UPDATE assignments are evaluated left to right, each seeing the values
+-- assigned before it: no SET below reads a column that an earlier SET changed.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS portq_schema_version (
+    version    INT         NOT NULL PRIMARY KEY,
+    applied_at DATETIME(6) NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- name: migration_lock
+SELECT GET_LOCK(CONCAT(COALESCE(DATABASE(), ''), '.portq_migrate'), :timeout_s);
+SELECT RELEASE_LOCK(CONCAT(COALESCE(DATABASE(), ''), '.portq_migrate'));
+
+-- name: schema_version
+SELECT MAX(version) FROM portq_schema_version;
+
+-- name: record_version
+INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIMESTAMP(6));
+
+-- name: insert_job
+-- An existing key makes the row's own job_id the connection's LAST_INSERT_ID, so the
+-- driver's lastrowid is the new or the existing id; the row is locked, not changed.
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+VALUES (:queue, :payload, :priority,
+        COALESCE(CAST(:run_at AS DATETIME(6)),
+                 UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
+        :max_attempts, :key, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id);
+
+-- name: job_id_by_key
+SELECT job_id FROM portq_job WHERE job_key = :key;
+
+-- name: claim
+SELECT job_id FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
+  AND attempts < max_attempts
+ORDER BY priority DESC, run_at, job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
+WHERE job_id IN (:ids);
+
+SELECT job_id, queue, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), lease_until
+FROM portq_job
+WHERE job_id IN (:ids)
+ORDER BY priority DESC, run_at, job_id;
+
+-- name: renew
+UPDATE portq_job
+SET lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: complete
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: fail
+UPDATE portq_job
+SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN run_at
+                  ELSE UTC_TIMESTAMP(6) + INTERVAL (:retry_ms * 1000) MICROSECOND END,
+    finished_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts
+                       THEN UTC_TIMESTAMP(6) END,
+    worker_id = NULL, lease_until = NULL, last_error = :error
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: record_error
+INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
+VALUES (:job_id, :generation, :worker_id, :error, UTC_TIMESTAMP(6));
+
+-- name: job_errors
+SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: release
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: reap
+SELECT job_id FROM portq_job
+WHERE state = 'running' AND lease_until <= UTC_TIMESTAMP(6)
+ORDER BY lease_until
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                  ELSE UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN UTC_TIMESTAMP(6) END,
+    last_error = CONCAT('lease expired (worker ', worker_id, ', attempt ', attempts, ')'),
+    worker_id = NULL, lease_until = NULL
+WHERE job_id IN (:ids) AND state = 'running';
+
+-- name: prune
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+  AND finished_at < UTC_TIMESTAMP(6) - INTERVAL (:older_than_ms * 1000) MICROSECOND
+ORDER BY finished_at
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+DELETE FROM portq_job WHERE job_id IN (:ids);
+
+-- name: retry_dead
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
+
+-- name: cancel
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id = :job_id AND state IN ('ready', 'running');
+
+-- name: stats
+SELECT queue,
+       SUM(state = 'ready' AND run_at <= n.now),
+       SUM(state = 'ready' AND run_at > n.now),
+       SUM(state = 'running'),
+       SUM(state = 'succeeded'),
+       SUM(state = 'dead'),
+       SUM(state = 'cancelled'),
+       MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
+       MAX(n.now),
+       SUM(attempts > 1 OR (state = 'ready' AND attempts > 0)),
+       SUM(attempts > 0)
+FROM portq_job
+CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
+WHERE :queue = '*' OR queue = :queue
+GROUP BY queue;
+
+-- name: jobs
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE state = :state AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit;

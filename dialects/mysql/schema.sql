@@ -1,0 +1,61 @@
+-- portq schema for MySQL 8.0.16+ (8.4 LTS) and MariaDB 10.6+ (InnoDB, utf8mb4).
+-- Times are DATETIME(6) in UTC, always computed in SQL with UTC_TIMESTAMP(6).
+--
+-- MySQL and MariaDB commit implicitly before and after every DDL statement, so a
+-- migration is not atomic: each statement is written to be re-runnable (IF NOT EXISTS)
+-- and indexes are declared inside CREATE TABLE (MySQL has no CREATE INDEX IF NOT EXISTS).
+-- Concurrent migrate() calls are serialised with GET_LOCK (see queries.sql).
+
+-- migration: 1
+CREATE TABLE IF NOT EXISTS portq_job (
+    job_id       BIGINT       NOT NULL AUTO_INCREMENT,
+    queue        VARCHAR(128) NOT NULL,
+    payload      JSON         NOT NULL,
+    state        VARCHAR(16)  NOT NULL DEFAULT 'ready',
+    priority     INT          NOT NULL DEFAULT 0,
+    run_at       DATETIME(6)  NOT NULL,
+    attempts     INT          NOT NULL DEFAULT 0,
+    max_attempts INT          NOT NULL,
+    -- VARBINARY, not VARCHAR: every PAD SPACE collation (utf8mb4_bin included) would
+    -- make the keys 'a' and 'a ' collide in the unique index. 255 characters of utf8mb4
+    -- are at most 1020 bytes, well under InnoDB's 3072-byte index key limit.
+    job_key      VARBINARY(1020),
+    worker_id    VARCHAR(255),
+    lease_until  DATETIME(6),
+    last_error   TEXT,
+    created_at   DATETIME(6)  NOT NULL,
+    finished_at  DATETIME(6),
+    PRIMARY KEY (job_id),
+    CONSTRAINT portq_job_key_uq UNIQUE (job_key),
+    -- The claim walks this index in order for one queue (queue = ?, state = 'ready',
+    -- ORDER BY priority DESC, run_at, job_id): there are no partial indexes, so state is
+    -- the second key part. DESC is honoured by MySQL 8.0+ and MariaDB 10.8+.
+    INDEX portq_job_ready_idx (queue, state, priority DESC, run_at, job_id),
+    -- lease_until is set only while running, finished_at only in terminal states (the
+    -- CHECKs below), so a range on either column reads just those rows, in order.
+    INDEX portq_job_lease_idx (lease_until),
+    INDEX portq_job_finished_idx (finished_at),
+    CONSTRAINT portq_job_payload_ck CHECK (JSON_VALID(payload)),
+    CONSTRAINT portq_job_state_ck CHECK (state IN ('ready', 'running', 'succeeded', 'dead', 'cancelled')),
+    CONSTRAINT portq_job_running_ck CHECK (
+        (state = 'running' AND worker_id IS NOT NULL AND lease_until IS NOT NULL)
+        OR (state <> 'running' AND worker_id IS NULL AND lease_until IS NULL)),
+    CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN ('ready', 'running') AND finished_at IS NULL)),
+    CONSTRAINT portq_job_attempts_ck CHECK (attempts >= 0 AND attempts <= max_attempts),
+    CONSTRAINT portq_job_max_attempts_ck CHECK (max_attempts > 0),
+    CONSTRAINT portq_job_queue_ck CHECK (CHAR_LENGTH(queue) BETWEEN 1 AND 128),
+    CONSTRAINT portq_job_key_ck CHECK (LENGTH(job_key) >= 1)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS portq_job_error (
+    job_id     BIGINT       NOT NULL,
+    attempt    INT          NOT NULL,
+    worker_id  VARCHAR(255) NOT NULL,
+    error      TEXT         NOT NULL,
+    failed_at  DATETIME(6)  NOT NULL,
+    PRIMARY KEY (job_id, attempt),
+    CONSTRAINT portq_job_error_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
+        ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

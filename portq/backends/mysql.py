@@ -1,0 +1,151 @@
+"""MySQL 8.0.16+ and MariaDB 10.6+ (InnoDB, PyMySQL).
+
+Neither engine has ``UPDATE ... RETURNING``, so a claim is three statements in one short
+READ COMMITTED transaction: lock ids with ``FOR UPDATE SKIP LOCKED``, update them, read
+them back (``dialects/mysql/queries.sql``). Idempotent enqueue is ``INSERT ... ON
+DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id)``: ``lastrowid`` is then the new or
+the existing id, without aborting the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from portq.backends.base import ErrorKind, SqlBackend
+from portq.errors import ConfigurationError, DatabaseError
+from portq.sql import split_statements
+from portq.url import DatabaseURL, connect_kwargs
+
+_UNIQUE = {1062, 1586}              # ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME
+_CHECK = {3819, 4025, 1048}         # MySQL / MariaDB check violation, column cannot be null
+_RETRYABLE = {1213, 1205, 3572}     # deadlock, lock wait timeout, NOWAIT lock not available
+_CONNECTION = {
+    2002, 2003, 2006, 2013, 2055,   # client: cannot connect, gone away, lost connection
+    1040, 1053,                     # too many connections, server shutdown in progress
+    1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
+}
+# URL query options passed to pymysql.connect, converted to the type it expects.
+_INT_OPTIONS = {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet"}
+_BOOL_OPTIONS = {"ssl_verify_cert", "ssl_verify_identity", "ssl_disabled"}
+_STR_OPTIONS = {"charset", "collation", "unix_socket", "ssl_ca", "ssl_cert", "ssl_key",
+                "program_name"}
+# Run on every connection portq opens: no gap locks for the claim's locking read, a UTC
+# session (DATETIME values are UTC) and strict mode (never truncate a value silently).
+INIT_COMMAND = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+SESSION_SETUP = ("SET time_zone = '+00:00', "
+                 "sql_mode = CONCAT_WS(',', NULLIF(@@sql_mode, ''), 'STRICT_TRANS_TABLES')")
+
+
+class MysqlBackend(SqlBackend):
+    engine = "mysql"
+    paramstyle = "pyformat"
+    driver_module = "pymysql"
+    #: seconds migrate() waits for another process's migration to finish
+    migration_lock_timeout_s = 60
+
+    def __init__(self, url: DatabaseURL, **kw: Any) -> None:
+        self.connect_options = _connect_options(url)
+        super().__init__(url, **kw)
+        # multi-statement operations (see queries.sql): name -> statements, in order
+        self.steps = {name: split_statements(sql) for name, sql in self.queries.items()}
+
+    def connect(self) -> Any:
+        conn = pymysql.connect(**self.connect_options)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(SESSION_SETUP)
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def classify(self, exc: BaseException) -> ErrorKind:
+        if isinstance(exc, pymysql.err.InterfaceError):
+            return ErrorKind.CONNECTION      # e.g. (0, '') on a closed connection
+        if not isinstance(exc, pymysql.err.MySQLError):
+            return ErrorKind.OTHER
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code in _UNIQUE:
+            return ErrorKind.UNIQUE
+        if code in _CHECK:
+            return ErrorKind.CHECK
+        if code in _RETRYABLE:
+            return ErrorKind.RETRYABLE
+        if code in _CONNECTION or (code == 0 and isinstance(exc, pymysql.err.OperationalError)):
+            return ErrorKind.CONNECTION
+        return ErrorKind.OTHER
+
+    @contextmanager
+    def migration_lock(self, cur: Any) -> Iterator[None]:
+        acquire, release = self.steps["migration_lock"]
+        row = self.execute(cur, acquire, {"timeout_s": self.migration_lock_timeout_s}).fetchone()
+        if not row or row[0] != 1:
+            raise DatabaseError(f"migrate: another portq migration of {self.url.redacted()} "
+                                f"held the lock for {self.migration_lock_timeout_s}s")
+        try:
+            yield
+            cur.connection.commit()  # commit the recorded version before another may look
+        finally:
+            self.execute(cur, release).fetchall()
+
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
+        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id
+        # of the inserted row or of the existing one (read under its row lock).
+        self.execute(cur, "insert_job", params)
+        return int(cur.lastrowid) if cur.lastrowid else None
+
+    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+        lock, update, read = self.steps["claim"]
+        ids = self._lock_ids(cur, lock, params)
+        if not ids:
+            return []
+        self.execute(cur, update, {**params, "ids": ids})
+        return list(self.execute(cur, read, {"ids": ids}).fetchall())
+
+    def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
+        lock, update = self.steps["reap"]
+        ids = self._lock_ids(cur, lock, params)
+        return int(self.execute(cur, update, {**params, "ids": ids}).rowcount) if ids else 0
+
+    def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
+        lock, delete = self.steps["prune"]
+        ids = self._lock_ids(cur, lock, params)
+        return int(self.execute(cur, delete, {"ids": ids}).rowcount) if ids else 0
+
+    def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
+        return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())
+
+
+def _connect_options(url: DatabaseURL) -> dict[str, Any]:
+    """pymysql.connect keyword arguments for ``url``; unknown URL options are an error."""
+    kw: dict[str, Any] = connect_kwargs(url)
+    for name, value in url.query.items():
+        if name in _INT_OPTIONS:
+            try:
+                kw[name] = int(value)
+            except ValueError:
+                raise ConfigurationError(
+                    f"MySQL URL option {name}={value!r} must be an integer") from None
+        elif name in _BOOL_OPTIONS:
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ConfigurationError(
+                    f"MySQL URL option {name}={value!r} must be true or false")
+            kw[name] = value.lower() in ("1", "true", "yes")
+        elif name in _STR_OPTIONS:
+            kw[name] = value
+        else:
+            known = sorted(_INT_OPTIONS | _BOOL_OPTIONS | _STR_OPTIONS)
+            raise ConfigurationError(
+                f"unknown MySQL URL option {name!r}; portq accepts {', '.join(known)}")
+    kw.setdefault("charset", "utf8mb4")
+    kw.setdefault("connect_timeout", 10)
+    kw.update(autocommit=False, init_command=INIT_COMMAND,
+              # rowcount = rows matched, not rows changed (as on every other engine)
+              client_flag=CLIENT.FOUND_ROWS)
+    return kw
