@@ -35,5 +35,5 @@ class SchemaError(DatabaseError):
     """The schema is missing or newer than this portq understands; run ``portq migrate``."""
 
 
-class Permanent(Exception):  # noqa: N818 - public name chosen for handler authors
+class Permanent(Exception):
     """Raise from a handler to send the job to ``dead`` at once, without retries."""

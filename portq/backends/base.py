@@ -125,7 +125,7 @@ class SqlBackend(Backend):
         broken = not isinstance(exc, Exception) or self.classify(exc) is ErrorKind.CONNECTION
         try:
             conn.rollback()
-        except Exception:
+        except Exception:  # noqa: BLE001 - a failed rollback: the connection is unusable
             broken = True
         return broken
 

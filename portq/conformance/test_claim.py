@@ -88,7 +88,7 @@ def test_concurrent_claimers_never_share_a_generation(queue: portq.Queue, qname:
                         assert job.claim is not None
                         seen[n].append((job.id, job.claim.generation))
                         completed[n] += q.complete(job)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=claimer, args=(n,)) for n in range(claimers)]

@@ -1,0 +1,342 @@
+"""The ``portq`` command. ``PORTQ_URL`` stands in for the URL argument everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import portq
+from portq.errors import ConfigurationError, PortqError
+from portq.job import Job
+from portq.worker import Worker
+
+DEFAULT_DEMO_URL = "sqlite:///portq-demo.sqlite3"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(text: str) -> float:
+    """``'90'``, ``'30s'``, ``'15m'``, ``'2h'``, ``'7d'`` -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number with an optional unit ms/s/m/h/d/w")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def load_handler(spec: str) -> Callable[[Job], Any]:
+    """Import ``module:function``; a clear error when it does not import."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"handler {spec!r} must look like module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import handler module {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise ConfigurationError(f"handler {spec!r}: {module_name} has no {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise ConfigurationError(f"handler {spec!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _url(args: argparse.Namespace) -> str:
+    url = args.url or os.environ.get("PORTQ_URL")
+    if not url:
+        raise ConfigurationError("no database URL: pass URL or set PORTQ_URL")
+    return str(url)
+
+
+def _open(args: argparse.Namespace) -> portq.Queue:
+    return portq.connect(_url(args), prefix=args.prefix)
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        print(f"schema version {q.migrate()} at {q.url}")
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"--payload is not valid JSON: {exc}") from None
+    with _open(args) as q:
+        print(q.enqueue(args.queue, payload, priority=args.priority, delay=args.delay,
+                        key=args.key, max_attempts=args.max_attempts))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    handler = load_handler(args.handler)
+    with _open(args) as q:
+        q.backend.check_schema()
+        worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
+                        burst=args.burst, grace=args.grace, install_signals=True)
+        counters = worker.run()
+    print(json.dumps(counters.as_dict()), file=sys.stderr)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        rows = [s.as_dict() for s in q.stats(args.queue)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    cols = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
+            "oldest_ready_age_s", "retry_rate"]
+    table = [[_cell(r[c]) for c in cols] for r in rows]
+    _print_table(cols, table)
+    return 0
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _print_table(cols: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        print(q.reap(limit=args.limit, delay=args.delay))
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    total = 0
+    with _open(args) as q:
+        while True:
+            n = q.prune(args.older_than, limit=args.limit, states=args.state or
+                        ["succeeded", "cancelled"], queue=args.queue)
+            total += n
+            if n < args.limit or not args.all:
+                break
+    print(total)
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        ok = q.retry_dead(args.job_id, extra_attempts=args.extra_attempts)
+    print("retried" if ok else f"job {args.job_id} is not dead or cancelled")
+    return 0 if ok else 1
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        ok = q.cancel(args.job_id)
+    print("cancelled" if ok else f"job {args.job_id} is not ready or running")
+    return 0 if ok else 1
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        records = q.jobs(args.state, queue=args.queue, limit=args.limit)
+    if args.json:
+        print(json.dumps([{**vars(r), **{k: getattr(r, k).isoformat() for k in
+                                         ("run_at", "lease_until", "created_at", "finished_at")
+                                         if getattr(r, k) is not None}} for r in records],
+                         indent=2, default=str))
+        return 0
+    cols = ["id", "queue", "state", "attempts", "max_attempts", "key", "last_error"]
+    _print_table(cols, [[_cell(getattr(r, c)) if c != "last_error" else
+                         (r.last_error or "-").strip().splitlines()[-1][:80]
+                         for c in cols] for r in records])
+    return 0
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    import pytest
+
+    from portq.conformance import SUITE_DIR
+    url = _url(args)
+    portq.url.parse_url(url)  # a clear error before pytest starts
+    argv = [str(SUITE_DIR), "-p", "portq.conformance.plugin", "--portq-url", url,
+            "--portq-require", portq.url.parse_url(url).engine, "-p", "no:cacheprovider",
+            "-c", os.devnull, "--rootdir", str(SUITE_DIR), "-m", "not fault", "-q", "-ra",
+            *args.pytest_args]
+    return int(pytest.main(argv))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    url = args.url or os.environ.get("PORTQ_URL") or DEFAULT_DEMO_URL
+    with portq.connect(url) as q:
+        q.migrate()
+        name = "portq-demo"
+        print(f"portq demo on {q.url}: {args.jobs} jobs, {args.workers} worker threads",
+              file=sys.stderr)
+        started = time.perf_counter()
+        for start in range(0, args.jobs, 1000):
+            q.enqueue_many([{"queue": name, "payload": {"n": i}}
+                            for i in range(start, min(args.jobs, start + 1000))])
+        enqueue_s = time.perf_counter() - started
+        worker = Worker(q, name, _demo_handler, concurrency=args.workers, lease=30,
+                        batch=args.batch, burst=True, install_signals=True,
+                        idle_min=0.01, idle_max=0.2)
+        run_started = time.perf_counter()
+        t = threading.Thread(target=worker.run, daemon=True)
+        t.start()
+        while t.is_alive():
+            _progress(worker.counters.succeeded, args.jobs, time.perf_counter() - run_started)
+            t.join(0.2)
+        elapsed = time.perf_counter() - run_started
+        _progress(worker.counters.succeeded, args.jobs, elapsed)
+        print(file=sys.stderr)
+        stats = [s.as_dict() for s in q.stats(name)]
+        done = worker.counters.succeeded
+        print(json.dumps({
+            "url": q.url, "jobs": args.jobs, "workers": args.workers,
+            "enqueue_jobs_per_s": round(args.jobs / enqueue_s, 1),
+            "claim_complete_jobs_per_s": round(done / elapsed, 1) if elapsed else None,
+            "elapsed_s": round(elapsed, 3), "counters": worker.counters.as_dict(),
+            "stats": stats}, indent=2))
+        q.prune(0, limit=args.jobs + 1, queue=name)
+    return 0
+
+
+def _demo_handler(job: Job) -> None:
+    """The demo's job: a tiny bit of CPU work on the payload."""
+    sum(range(int(job.payload["n"]) % 100))
+
+
+def _progress(done: int, total: int, elapsed: float) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    rate = done / elapsed if elapsed > 0 else 0.0
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+                     f"{rate:,.0f} jobs/s")
+    sys.stderr.flush()
+
+
+# ---- parser ---------------------------------------------------------------------------------
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="portq", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("PORTQ_LOG_LEVEL", "WARNING"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, fn: Callable[[argparse.Namespace], int], help_: str,
+                url: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if url:
+            p.add_argument("url", nargs="?", metavar="URL",
+                           help="database URL (default: $PORTQ_URL)")
+            p.add_argument("--prefix", default="portq_", help="table prefix (default portq_)")
+        p.set_defaults(fn=fn)
+        return p
+
+    command("migrate", cmd_migrate, "create or upgrade portq's tables")
+    p = command("enqueue", cmd_enqueue, "add a job; prints its id")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--payload", default="null", help="JSON payload")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--delay", type=parse_duration, default=None, help="e.g. 30s, 5m")
+    p.add_argument("--key", default=None, help="idempotency key")
+    p.add_argument("--max-attempts", type=_positive, default=None)
+
+    p = command("worker", cmd_worker, "run a worker")
+    p.add_argument("--queue", action="append", required=True, help="repeat for more queues")
+    p.add_argument("--handler", required=True, help="module:function taking a portq.Job")
+    p.add_argument("--concurrency", type=_positive, default=4)
+    p.add_argument("--lease", type=parse_duration, default=30.0)
+    p.add_argument("--grace", type=parse_duration, default=30.0,
+                   help="how long shutdown waits for running jobs before releasing them")
+    p.add_argument("--burst", action="store_true",
+                   help="exit 0 once the queues have no due ready and no running jobs")
+
+    p = command("stats", cmd_stats, "per-queue counts, oldest ready age, retry rate")
+    p.add_argument("--queue", default=None)
+    p.add_argument("--json", action="store_true")
+
+    p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
+    p.add_argument("--limit", type=_positive, default=1000)
+    p.add_argument("--delay", type=parse_duration, default=1.0)
+
+    p = command("prune", cmd_prune, "delete finished jobs in bounded batches")
+    p.add_argument("--older-than", type=parse_duration, required=True, help="e.g. 7d")
+    p.add_argument("--limit", type=_positive, default=1000)
+    p.add_argument("--state", action="append", choices=["succeeded", "cancelled", "dead"],
+                   help="states to delete (default succeeded and cancelled; dead is kept)")
+    p.add_argument("--queue", default=None)
+    p.add_argument("--all", action="store_true", help="repeat batches until none is left")
+
+    p = command("retry", cmd_retry, "replay a dead or cancelled job")
+    p.add_argument("job_id", type=_positive)
+    p.add_argument("--extra-attempts", type=_positive, default=1)
+
+    p = command("cancel", cmd_cancel, "cancel a ready or running job")
+    p.add_argument("job_id", type=_positive)
+
+    p = command("jobs", cmd_jobs, "list jobs in one state")
+    p.add_argument("--state", default="dead",
+                   choices=["ready", "running", "succeeded", "dead", "cancelled"])
+    p.add_argument("--queue", default=None)
+    p.add_argument("--limit", type=_positive, default=50)
+    p.add_argument("--json", action="store_true")
+
+    p = command("conformance", cmd_conformance,
+                "run the conformance suite against URL (exit 0 only if nothing failed)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="extra pytest arguments, e.g. -k claim")
+
+    p = command("demo", cmd_demo, f"enqueue and work a batch of jobs (default {DEFAULT_DEMO_URL})")
+    p.add_argument("--jobs", type=_positive, default=5000)
+    p.add_argument("--workers", type=_positive, default=4)
+    p.add_argument("--batch", type=_positive, default=20)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        return int(args.fn(args))
+    except PortqError as exc:
+        print(f"portq: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

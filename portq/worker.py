@@ -1,0 +1,379 @@
+"""The worker runtime: claim loops, bounded concurrency, heartbeats, retries, shutdown.
+
+One :class:`Worker` serves one or more queues. Each pass claims from every queue in
+round-robin order, each with its own single-queue claim statement, and only as many jobs
+as it has free slots. Handlers run on ``concurrency`` threads. A heartbeat thread renews
+the lease of every running job at a third of the lease; a renewal that returns False means
+another worker now owns the job, and this worker stops reporting for it. An empty queue is
+polled with growing, jittered sleeps. SIGTERM/SIGINT (when ``install_signals``) stop
+claiming, wait up to ``grace`` seconds for running jobs, then release the rest to ready;
+a second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as stdqueue
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from portq.errors import ConfigurationError, Permanent
+from portq.job import Job
+from portq.queue import Queue, duration_ms, positive_int, validate_queue
+from portq.retry import Backoff
+
+log = logging.getLogger("portq.worker")
+Handler = Callable[[Job], Any]
+
+
+class RetryAfter(Exception):
+    """Raise from a handler to retry this job after ``delay`` seconds (overriding backoff)."""
+
+    def __init__(self, delay: float, reason: str = "") -> None:
+        super().__init__(reason or f"retry requested after {delay}s")
+        self.delay = delay
+
+
+@dataclass
+class WorkerCounters:
+    """What a worker did, for its summary line and for metrics."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    released: int = 0
+    reaped: int = 0
+    pruned: int = 0
+    claim_seconds: list[float] = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+def new_worker_id() -> str:
+    """``host:pid:random`` — unique per Worker, so fencing can tell workers apart."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Claims and runs jobs from ``queues`` with ``handler``; see the module docstring."""
+
+    def __init__(self, queue: Queue, queues: Sequence[str] | str, handler: Handler, *,
+                 concurrency: int = 4, lease: float = 30.0, batch: int | None = None,
+                 backoff: Backoff | None = None, idle_min: float = 0.05,
+                 idle_max: float = 2.0, reap_interval: float | None = 10.0,
+                 reap_delay: float = 1.0, prune_interval: float | None = 3600.0,
+                 prune_older_than: float = 7 * 86400.0, grace: float = 30.0,
+                 burst: bool = False, worker_id: str | None = None,
+                 install_signals: bool = False) -> None:
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names:
+            raise ConfigurationError("a worker needs at least one queue")
+        if len(set(names)) != len(names):
+            raise ConfigurationError(f"queue listed twice: {names}")
+        if queue.backend.engine == "sqlite" and getattr(queue.backend, "in_memory", False):
+            raise ConfigurationError(
+                "sqlite://:memory: cannot be shared by a worker's connections or processes; "
+                "use a file, e.g. sqlite:///portq.db")
+        self.queue = queue
+        self.queues = [validate_queue(n) for n in names]
+        self.handler = handler
+        self.concurrency = positive_int(concurrency, "concurrency")
+        self.lease_ms = duration_ms(lease, "lease")
+        self.lease = self.lease_ms / 1000
+        self.batch = positive_int(batch if batch is not None else self.concurrency, "batch")
+        self.backoff = backoff or queue.backoff
+        if not 0 < idle_min <= idle_max:
+            raise ConfigurationError("need 0 < idle_min <= idle_max")
+        self.idle_min, self.idle_max = idle_min, idle_max
+        self.reap_interval, self.reap_delay = reap_interval, reap_delay
+        self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
+        self.grace = grace
+        self.burst = burst
+        self.worker_id = worker_id or new_worker_id()
+        self.install_signals = install_signals
+        self.counters = WorkerCounters()
+        # a pool big enough for every handler's report plus claim loop and heartbeat
+        queue.backend.pool.resize(self.concurrency + 3)
+        self._inflight: dict[int, Job] = {}
+        self._lock = threading.Lock()
+        self._tasks: stdqueue.Queue[Job | None] = stdqueue.Queue()
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._done = threading.Event()
+        self._signals = 0
+        self._threads: list[threading.Thread] = []
+
+    def __repr__(self) -> str:
+        return f"Worker({self.worker_id!r}, queues={self.queues}, url={self.queue.url!r})"
+
+    # ---- public -------------------------------------------------------------------------
+
+    def run(self) -> WorkerCounters:
+        """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
+        restore = self._install_signal_handlers() if self.install_signals else None
+        self._start_threads()
+        log.info("worker.started worker=%s queues=%s concurrency=%d lease=%.1fs url=%s",
+                 self.worker_id, ",".join(self.queues), self.concurrency, self.lease,
+                 self.queue.url)
+        try:
+            self._claim_loop()
+        finally:
+            self._shutdown()
+            if restore:
+                restore()
+        log.info("worker.stopped worker=%s %s", self.worker_id,
+                 " ".join(f"{k}={v}" for k, v in self.counters.as_dict().items()))
+        return self.counters
+
+    def stop(self) -> None:
+        """Stop claiming; running jobs get ``grace`` seconds, then are released."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def inflight(self) -> int:
+        with self._lock:
+            return len(self._inflight)
+
+    # ---- the claim loop -----------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        idle_rounds = 0
+        start = 0
+        next_reap = time.monotonic() + random.uniform(0, self.reap_interval or 0)
+        next_prune = time.monotonic() + random.uniform(0, self.prune_interval or 0)
+        while not self._stopping.is_set():
+            claimed = 0
+            try:
+                for i in range(len(self.queues)):
+                    free = self.concurrency - self.inflight
+                    if free <= 0:
+                        break
+                    claimed += self._claim(self.queues[(start + i) % len(self.queues)], free)
+                start += 1
+                now = time.monotonic()
+                if self.reap_interval and now >= next_reap:
+                    next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
+                    self._reap()
+                if self.prune_interval and now >= next_prune:
+                    next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
+                    self._prune()
+                if self.burst and claimed == 0 and self.inflight == 0 and self._drained():
+                    return
+            except Exception as exc:  # noqa: BLE001 - the database may be down: back off
+                idle_rounds += 1
+                delay = min(5.0, self.idle_min * 2 ** idle_rounds) * random.uniform(0.5, 1)
+                log.warning("worker.db_error worker=%s error=%s: %s; retrying in %.2fs",
+                            self.worker_id, type(exc).__name__, exc, delay)
+                self._sleep(delay)
+                continue
+            if claimed:
+                idle_rounds = 0
+                if self.inflight >= self.concurrency:
+                    self._sleep(self.idle_max)  # woken as soon as a slot frees
+            else:
+                idle_rounds += 1
+                ceiling = min(self.idle_max, self.idle_min * 2 ** min(idle_rounds, 30))
+                self._sleep(random.uniform(ceiling / 2, ceiling))
+
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def wake(self) -> None:
+        """Interrupt an idle sleep (a slot freed, or a new job was announced)."""
+        self._wake.set()
+
+    def _claim(self, name: str, free: int) -> int:
+        started = time.perf_counter()
+        jobs = self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
+                                lease=self.lease)
+        self.counters.claim_seconds.append(time.perf_counter() - started)
+        if len(self.counters.claim_seconds) > 10_000:
+            del self.counters.claim_seconds[:5_000]
+        with self._lock:
+            for job in jobs:
+                self._inflight[job.id] = job
+        for job in jobs:
+            log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
+                     job.id, job.queue, job.attempt, self.worker_id)
+            self._tasks.put(job)
+        self.counters.claimed += len(jobs)
+        return len(jobs)
+
+    def _drained(self) -> bool:
+        """True when none of the queues has a due ready job or a running one."""
+        return all(s.ready == 0 and s.running == 0
+                   for name in self.queues for s in self.queue.stats(name))
+
+    def _reap(self) -> None:
+        n = self.queue.reap(limit=1000, delay=self.reap_delay)
+        if n:
+            self.counters.reaped += n
+            log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
+                        self.worker_id, n)
+
+    def _prune(self) -> None:
+        n = self.queue.prune(self.prune_older_than, limit=1000)
+        self.counters.pruned += n
+        if n:
+            log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
+
+    # ---- running jobs -------------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        for n in range(self.concurrency):
+            self._spawn(self._run_tasks, f"portq-handler-{n}")
+        self._spawn(self._heartbeat, "portq-heartbeat")
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        t = threading.Thread(target=target, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _run_tasks(self) -> None:
+        while True:
+            job = self._tasks.get()
+            if job is None:
+                return
+            try:
+                self._execute(job)
+            finally:
+                with self._lock:
+                    self._inflight.pop(job.id, None)
+                self._wake.set()
+
+    def _owned(self, job: Job) -> bool:
+        with self._lock:
+            return self._inflight.get(job.id) is job
+
+    def _execute(self, job: Job) -> None:
+        try:
+            self.handler(job)
+        except Permanent as exc:
+            self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
+        except RetryAfter as exc:
+            self._report(job, "retry", str(exc), max(0.0, exc.delay))
+        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+            summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
+            self._report(job, "retry", summary, self.backoff.delay(job.attempt))
+        else:
+            self._report(job, "succeeded", "", None)
+
+    def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
+        """Write the outcome, retrying through connection trouble until the lease ends."""
+        if not self._owned(job):
+            return  # released or lost meanwhile; its new owner reports
+        deadline = time.monotonic() + self.lease
+        delay = 0.05
+        while True:
+            try:
+                if outcome == "succeeded":
+                    ok = self.queue.complete(job)
+                else:
+                    ok = self.queue.fail(job, error, retry_in=retry_in)
+                break
+            except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                if time.monotonic() + delay >= deadline:
+                    log.error("job.report_failed job_id=%d generation=%d worker=%s error=%s; "
+                              "the lease will expire and the job will run again",
+                              job.id, job.attempt, self.worker_id, exc)
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if not ok:
+            self.counters.lost += 1
+            log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
+                        "or an expired lease; outcome %s not recorded",
+                        job.id, job.queue, job.attempt, self.worker_id, outcome)
+        elif outcome == "succeeded":
+            self.counters.succeeded += 1
+            log.info("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
+                     job.id, job.queue, job.attempt, self.worker_id)
+        elif retry_in is None or job.attempt >= job.max_attempts:
+            self.counters.dead += 1
+            log.warning("job.dead job_id=%d queue=%s generation=%d worker=%s error=%s",
+                        job.id, job.queue, job.attempt, self.worker_id,
+                        error.strip().splitlines()[-1] if error.strip() else "")
+        else:
+            self.counters.retried += 1
+            log.info("job.retry job_id=%d queue=%s generation=%d worker=%s in=%.2fs error=%s",
+                     job.id, job.queue, job.attempt, self.worker_id, retry_in,
+                     error.strip().splitlines()[-1] if error.strip() else "")
+
+    def _heartbeat(self) -> None:
+        while not self._done.wait(self.lease / 3):
+            with self._lock:
+                jobs = list(self._inflight.values())
+            for job in jobs:
+                try:
+                    renewed = self.queue.renew(job, lease=self.lease)
+                except Exception as exc:  # noqa: BLE001 - try again next beat
+                    log.warning("job.renew_error job_id=%d worker=%s error=%s",
+                                job.id, self.worker_id, exc)
+                    continue
+                if not renewed:
+                    with self._lock:
+                        lost = self._inflight.pop(job.id, None) is job
+                    if lost:
+                        self.counters.lost += 1
+                        log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
+                                    "lease renewal refused", job.id, job.queue, job.attempt,
+                                    self.worker_id)
+
+    # ---- shutdown -----------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        self._stopping.set()
+        deadline = time.monotonic() + self.grace
+        while self.inflight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with self._lock:
+            leftover = list(self._inflight.values())
+            self._inflight.clear()
+        for job in leftover:
+            try:
+                if self.queue.release(job):
+                    self.counters.released += 1
+                    log.warning("job.released job_id=%d queue=%s generation=%d worker=%s",
+                                job.id, job.queue, job.attempt, self.worker_id)
+            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
+                log.error("job.release_failed job_id=%d worker=%s error=%s",
+                          job.id, self.worker_id, exc)
+        self._done.set()
+        for _ in range(self.concurrency):
+            self._tasks.put(None)
+
+    def _install_signal_handlers(self) -> Callable[[], None] | None:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                log.error("worker.killed worker=%s: second signal, exiting at once",
+                          self.worker_id)
+                os._exit(128 + signum)
+            log.warning("worker.stopping worker=%s signal=%s grace=%.0fs",
+                        self.worker_id, signal.Signals(signum).name, self.grace)
+            self.stop()
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, h in previous.items():
+                signal.signal(s, h)
+        return restore
