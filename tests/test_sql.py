@@ -1,0 +1,56 @@
+"""The SQL-file layer: every engine defines the same statements; binding is exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from portq.errors import ConfigurationError
+from portq.sql import bind, dialects_dir, load_migrations, load_queries, validate_prefix
+
+ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
+OPTIONAL = {"migration_lock", "notify"}  # engine-specific extras
+
+
+def _available() -> list[str]:
+    return [e for e in ENGINES if (dialects_dir() / e / "queries.sql").exists()]
+
+
+@pytest.mark.parametrize("engine", _available())
+def test_every_engine_defines_the_protocols_statements(engine: str) -> None:
+    reference = set(load_queries("postgres")) - OPTIONAL
+    assert reference <= set(load_queries(engine)), reference - set(load_queries(engine))
+
+
+@pytest.mark.parametrize("engine", _available())
+def test_migrations_are_numbered_and_prefixed(engine: str) -> None:
+    migrations = load_migrations(engine, prefix="acme_")
+    assert [v for v, _ in migrations] == list(range(1, len(migrations) + 1))
+    text = "\n".join(s for _, stmts in migrations for s in stmts)
+    assert "portq_" not in text and "acme_job" in text
+
+
+def test_bind_styles() -> None:
+    sql = "SELECT x::int, '50%:a' FROM t WHERE a = :a AND b IN (:ids) AND c = :a"
+    named = bind(sql, {"a": 1, "ids": [7, 8]}, "named")
+    assert named.sql == "SELECT x::int, '50%:a' FROM t WHERE a = :a AND b IN (:ids_0, :ids_1) " \
+                        "AND c = :a"
+    assert named.params == {"a": 1, "ids_0": 7, "ids_1": 8}
+    py = bind(sql, {"a": 1, "ids": (7, 8)}, "pyformat")
+    assert py.sql == ("SELECT x::int, '50%%:a' FROM t WHERE a = %(a)s AND b IN "
+                      "(%(ids_0)s, %(ids_1)s) AND c = %(a)s")
+    q = bind(sql, {"a": 1, "ids": [7, 8]}, "qmark")
+    assert q.sql == "SELECT x::int, '50%:a' FROM t WHERE a = ? AND b IN (?, ?) AND c = ?"
+    assert q.params == [1, 7, 8, 1]
+
+
+def test_bind_rejects_missing_and_empty_lists() -> None:
+    with pytest.raises(KeyError, match=":b"):
+        bind("SELECT :b", {}, "named")
+    with pytest.raises(ValueError, match="empty"):
+        bind("SELECT 1 WHERE x IN (:ids)", {"ids": []}, "qmark")
+
+
+@pytest.mark.parametrize("prefix", ["", "Portq_", "1abc", "a-b", "a;drop", "x" * 17, "a b"])
+def test_prefix_must_be_a_plain_identifier(prefix: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid table prefix"):
+        validate_prefix(prefix)
