@@ -14,10 +14,12 @@ from portq.errors import (
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
+from portq.worker import RetryAfter, Worker
 
 __all__ = [
     "Backoff", "Claim", "ConfigurationError", "ConnectionLost", "DatabaseError",
     "DriverMissingError", "InvalidQueueName", "Job", "JobRecord", "PayloadError", "Permanent",
-    "PortqError", "Queue", "QueueStats", "SchemaError", "State", "connect",
+    "PortqError", "Queue", "QueueStats", "RetryAfter", "SchemaError", "State", "Worker",
+    "connect",
 ]
 __version__ = "0.1.0"
