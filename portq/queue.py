@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import SqlBackend
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError
@@ -187,11 +188,8 @@ class Queue:
         """The DB-API connection under ``conn`` (unwrapping SQLAlchemy), checked."""
         if conn is None:
             return None
-        module = type(conn).__module__
-        if module.startswith("sqlalchemy"):
-            if hasattr(conn, "get_bind") and hasattr(conn, "connection"):  # orm.Session
-                conn = conn.connection()
-            conn = conn.connection.dbapi_connection
+        if sqla.is_sqlalchemy(conn):
+            conn = sqla.dbapi_connection(conn)
         if not self.backend.accepts_connection(conn):
             raise ConfigurationError(
                 f"conn is a {type(conn).__module__}.{type(conn).__name__}; the "
