@@ -3,6 +3,18 @@
 Policy: connections are reused LIFO; at most ``max_size`` exist at once (callers wait,
 bounded by ``timeout``); a connection on which the backend saw a connection-level error
 is closed and replaced on next use instead of being returned.
+
+Dead connections: there is no ping on checkout (it would cost a round trip on every
+operation). Instead, when the backend sees a connection-level error, that connection is
+released as broken and every *idle* connection is closed with it: a server restart, a
+failover or a network cut kills them all, and a fresh connection costs only a handshake.
+:meth:`portq.backends.base.SqlBackend.run` then retries the operation once on a fresh
+connection when the error came before ``COMMIT`` was sent, since the server rolled that
+transaction back; an error during ``COMMIT`` leaves the outcome unknown and surfaces as
+:class:`portq.errors.ConnectionLost` (claims and guarded updates are safe either way: an
+unknown claim is recovered by lease expiry, an unknown complete/fail is fenced).
+So callers see no error from a connection that died while idle in the pool, and at most
+one ``ConnectionLost`` per connection that dies in use.
 """
 
 from __future__ import annotations
@@ -67,13 +79,21 @@ class Pool:
             raise
 
     def release(self, conn: Any, broken: bool = False) -> None:
+        """Return ``conn``; a ``broken`` one is closed together with every idle one."""
+        dead: list[Any] = []
         with self._cond:
             if broken or self._closed:
                 self._size -= 1
-                close_quietly(conn)
+                dead.append(conn)
+                if broken:
+                    dead += self._idle
+                    self._size -= len(self._idle)
+                    self._idle = []
             else:
                 self._idle.append(conn)
-            self._cond.notify()
+            self._cond.notify_all()
+        for one in dead:
+            close_quietly(one)
 
     def close(self) -> None:
         with self._cond:

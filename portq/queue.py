@@ -165,6 +165,9 @@ class Queue:
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH):
             raise ConfigurationError(f"key must be a string of 1-{MAX_KEY_LENGTH} characters, "
                                      f"got {key!r}")
+        if key is not None and not _storable_text(key):
+            raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
+                                     "which not every database can store")
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
                       run_at=run_at, delay_ms=delay_ms, max_attempts=attempts, key=key)
 
@@ -175,7 +178,11 @@ class Queue:
                               separators=(",", ":"))
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
-        size = len(text.encode("utf-8"))
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise PayloadError(f"payload holds text that is not valid Unicode (a lone "
+                               f"surrogate?): {exc}") from None
         if size > self.max_payload_bytes:
             raise PayloadError(f"payload is {size} bytes of JSON, over the limit of "
                                f"{self.max_payload_bytes} (max_payload_bytes)")
@@ -273,6 +280,17 @@ class Queue:
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""
         return self.backend.job_errors(positive_int(job_id, "job_id"))
+
+
+def _storable_text(text: str) -> bool:
+    """True when every engine can store ``text``: valid UTF-8 without NUL."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _claim_of(job: Job | Claim) -> Claim:

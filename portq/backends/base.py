@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar
 
@@ -102,8 +103,10 @@ class SqlBackend(Backend):
         return cur
 
     @contextmanager
-    def transaction(self, write: bool = True) -> Iterator[Any]:
-        """A cursor in one short transaction on a pooled connection; commit or roll back."""
+    def transaction(self, write: bool = True,
+                    progress: TxProgress | None = None) -> Iterator[Any]:
+        """A cursor in one short transaction on a pooled connection; commit or roll back.
+        ``progress.committing`` is set once COMMIT is about to be sent."""
         conn = self.pool.acquire()
         broken = False
         try:
@@ -113,6 +116,8 @@ class SqlBackend(Backend):
                 yield cur
             finally:
                 close_quietly(cur)
+            if progress is not None:
+                progress.committing = True
             conn.commit()
         except BaseException as exc:
             broken = self._rollback(conn, exc)
@@ -131,16 +136,25 @@ class SqlBackend(Backend):
 
     def run(self, op: str, fn: Callable[[Any], T], *, retry: bool = True,
             write: bool = True) -> T:
-        """Run ``fn(cursor)`` in a transaction, retrying transient conflicts a bounded time."""
+        """Run ``fn(cursor)`` in a transaction, retrying transient conflicts a bounded time
+        and, once, a connection that died before COMMIT was sent (see :mod:`portq.pool`)."""
         attempt = 0
+        reconnected = False
         while True:
+            progress = TxProgress()
             try:
-                with self.transaction(write) as cur:
+                with self.transaction(write, progress) as cur:
                     return fn(cur)
             except DatabaseError:
                 raise
             except Exception as exc:
                 kind = self.classify(exc)
+                if kind is ErrorKind.CONNECTION and not progress.committing and not reconnected:
+                    reconnected = True  # the server rolled it back: safe to run again
+                    log.info("%s: connection lost before commit (%s: %s); retrying on a "
+                             "new connection", op, type(exc).__name__,
+                             _scrub(str(exc), self.url))
+                    continue
                 if kind is ErrorKind.RETRYABLE and retry and attempt < self.max_retries:
                     attempt += 1
                     delay = random.uniform(0, min(1.0, 0.005 * 2 ** attempt))
@@ -378,6 +392,13 @@ class SqlBackend(Backend):
 
 class _MissingSchema(Exception):
     pass
+
+
+@dataclass
+class TxProgress:
+    """How far :meth:`SqlBackend.transaction` got: was COMMIT sent?"""
+
+    committing: bool = False
 
 
 def _scrub(text: str, url: DatabaseURL) -> str:
