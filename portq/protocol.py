@@ -69,7 +69,8 @@ class Backend(ABC):
 
     @abstractmethod
     def release(self, claim: Claim) -> bool:
-        """Give an unfinished job back (graceful shutdown) without spending its attempt."""
+        """Give an unfinished job back (graceful shutdown) without spending its attempt:
+        ``max_attempts`` grows by one, so the next claim is still a new generation."""
 
     @abstractmethod
     def reap(self, limit: int, delay_ms: int) -> int:

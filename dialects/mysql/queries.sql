@@ -94,7 +94,7 @@ SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORD
 
 -- name: release
 UPDATE portq_job
-SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
     run_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);

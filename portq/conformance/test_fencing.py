@@ -58,10 +58,12 @@ def test_wrong_worker_or_generation_is_rejected(queue: portq.Queue, qname: str) 
 
 def test_release_returns_the_job_without_spending_an_attempt(queue: portq.Queue,
                                                              qname: str) -> None:
-    queue.enqueue(qname, "x", max_attempts=2)
+    queue.enqueue(qname, "x", max_attempts=1)
     (a,) = queue.claim(qname, "worker-a", limit=1, lease=30)
     assert queue.release(a) is True
+    assert queue.release(a) is False, "released twice"
+    # the only attempt was given back: the job can still run, as a new generation
     (b,) = queue.claim(qname, "worker-b", limit=1, lease=30)
-    assert b.id == a.id and b.attempt == 1
-    assert queue.complete(a) is False  # old owner, same generation number, other worker
+    assert b.id == a.id and b.attempt == a.attempt + 1 and b.max_attempts == 2
+    assert queue.complete(a) is False
     assert queue.complete(b) is True
