@@ -22,7 +22,7 @@ from portq.sql import split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
 _UNIQUE = {1062, 1586}              # ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME
-_CHECK = {3819, 4025, 1048}         # MySQL / MariaDB check violation, column cannot be null
+_CHECK = {3819, 4025, 1048, 3140}   # check violation (MySQL, MariaDB), NOT NULL, bad JSON (MySQL)
 _RETRYABLE = {1213, 1205, 3572}     # deadlock, lock wait timeout, NOWAIT lock not available
 _CONNECTION = {
     2002, 2003, 2006, 2013, 2055,   # client: cannot connect, gone away, lost connection
