@@ -1,0 +1,79 @@
+"""The `portq` command end to end, as users' scripts call it (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HANDLER = '''
+import json, os
+def handle(job):
+    with open(os.environ["PORTQ_TEST_OUT"], "a") as f:
+        f.write(json.dumps({"id": job.id, "payload": job.payload, "attempt": job.attempt}) + "\\n")
+'''
+
+
+def portq(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+          check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "portq.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=cwd)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"portq {args} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+def test_enqueue_worker_stats_round_trip(engine_url: str, qname: str, tmp_path: Path) -> None:
+    (tmp_path / "cli_handlers.py").write_text(HANDLER)
+    out = tmp_path / "out.jsonl"
+    env = {"PORTQ_URL": engine_url, "PORTQ_TEST_OUT": str(out)}
+    prefix = ["--prefix", "portqt_"]
+    portq("migrate", *prefix, env=env)
+    first = int(portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
+                      "--key", qname + "-a", env=env).stdout)
+    again = int(portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
+                      "--key", qname + "-a", env=env).stdout)
+    second = int(portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
+                       "--priority", "5", env=env).stdout)
+    later = int(portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
+    assert first == again and len({first, second, later}) == 3
+    portq("worker", *prefix, "--queue", qname, "--handler", "cli_handlers:handle", "--burst",
+          "--concurrency", "2", env=env, cwd=tmp_path)
+    ran = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["id"], json.dumps(r["payload"])) for r in ran) == sorted(
+        [(first, '{"n": 1}'), (second, "[1, 2]")])
+    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    assert (row["succeeded"], row["scheduled"], row["ready"], row["running"]) == (2, 1, 0, 0)
+    table = portq("stats", *prefix, "--queue", qname, env=env).stdout
+    assert qname in table and "oldest_ready_age_s" in table
+
+
+def test_url_is_required_and_errors_are_clear(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PORTQ_URL"}
+    proc = subprocess.run([sys.executable, "-m", "portq.cli", "stats"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "no database URL" in proc.stderr
+    proc = portq("stats", "mongodb://h/db", check=False)
+    assert proc.returncode == 2 and "unknown database engine 'mongodb'" in proc.stderr
+    proc = portq("enqueue", f"sqlite:///{tmp_path}/x.db", "--queue", "q", "--payload", "{bad",
+                 check=False)
+    assert proc.returncode == 2 and "--payload is not valid JSON" in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["90", "30s", "15m", "2h", "7d", "250ms"])
+def test_durations(text: str) -> None:
+    from portq.cli import parse_duration
+    seconds = {"90": 90, "30s": 30, "15m": 900, "2h": 7200, "7d": 604800, "250ms": 0.25}[text]
+    assert parse_duration(text) == seconds
+
+
+def test_demo_on_sqlite(tmp_path: Path) -> None:
+    proc = portq("demo", f"sqlite:///{tmp_path}/demo.db", "--jobs", "300", "--workers", "2",
+                 cwd=tmp_path)
+    report = json.loads(proc.stdout)
+    assert report["counters"]["succeeded"] == 300
+    assert report["claim_complete_jobs_per_s"] > 0
