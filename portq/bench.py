@@ -1,0 +1,451 @@
+"""``portq bench``: what a claim costs as the table grows, and how fast jobs flow.
+
+Scenarios (each measures and reports; none passes or fails):
+
+* ``claim-latency`` — fills a dedicated ``portqb_`` table set with 3 queues of ready jobs
+  (plus finished jobs up to the total), then runs the backend's own claim statement of
+  :data:`CLAIM_LIMIT` jobs from one queue inside a transaction that is rolled back, so
+  nothing is consumed. Reports the client-side time of the claim, the engine's own
+  execution time where its plan output has one (PostgreSQL ``EXPLAIN (ANALYZE,
+  BUFFERS)``, MariaDB ``ANALYZE FORMAT=JSON``), the plan's node types, and whether the
+  plan walks the ready index in order (no Sort node, no temp B-tree, no filesort).
+* ``throughput`` — a no-op handler run by :class:`portq.worker.Worker` threads over N
+  jobs; jobs/s of claim + complete, for each worker count and claim batch size.
+* ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
+  :meth:`Queue.enqueue_many` in chunks.
+
+The ``portqb_`` tables are dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import portq
+from portq.backends.base import SqlBackend
+from portq.errors import ConfigurationError
+from portq.job import Job
+from portq.pool import close_quietly
+from portq.queue import Queue
+from portq.sql import split_statements
+from portq.worker import Worker
+
+BENCH_PREFIX = "portqb_"
+CLAIM_LIMIT = 20
+QUEUE_COUNT = 3
+#: (ready jobs in each of the 3 queues, total rows; None = just the ready ones)
+DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
+    (1_000, None), (10_000, None), (100_000, None), (100_000, 1_000_000))
+DEFAULT_WORKERS = (1, 2, 4, 8)
+DEFAULT_BATCHES = (1, 20)
+DEFAULT_JOBS = 20_000
+BULK_CHUNK = 1_000
+SCENARIOS = ("claim-latency", "throughput", "enqueue")
+FILL_CHUNK = 100_000
+Progress = Callable[[int, int, float], None]
+
+# Row generators for filling the table fast, one statement per chunk. Columns:
+# queue, payload, state, priority, run_at, attempts, max_attempts, created_at, finished_at.
+_FILL_SQL = {
+    "postgres": """
+INSERT INTO portq_job (queue, payload, state, priority, run_at, attempts, max_attempts,
+                       created_at, finished_at)
+SELECT :queue, jsonb_build_object('n', g), :state, g % 3,
+       now() - (:offset + g) * interval '1 millisecond',
+       CASE WHEN :state = 'ready' THEN 0 ELSE 1 END, 25, now(),
+       CASE WHEN :state = 'ready' THEN NULL ELSE now() END
+FROM generate_series(1, :count) AS g""",
+    "sqlite": """
+INSERT INTO portq_job (queue, payload, state, priority, run_at, attempts, max_attempts,
+                       created_at, finished_at)
+WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :count)
+SELECT :queue, json_object('n', n), :state, n % 3,
+       CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - (:offset + n) * 1000,
+       CASE WHEN :state = 'ready' THEN 0 ELSE 1 END, 25,
+       CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+       CASE WHEN :state = 'ready' THEN NULL
+            ELSE CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) END
+FROM g""",
+    "mysql": """
+INSERT INTO portq_job (queue, payload, state, priority, run_at, attempts, max_attempts,
+                       created_at, finished_at)
+SELECT :queue, JSON_OBJECT('n', g.n), :state, g.n % 3,
+       UTC_TIMESTAMP(6) - INTERVAL (:offset + g.n) * 1000 MICROSECOND,
+       CASE WHEN :state = 'ready' THEN 0 ELSE 1 END, 25, UTC_TIMESTAMP(6),
+       CASE WHEN :state = 'ready' THEN NULL ELSE UTC_TIMESTAMP(6) END
+FROM ({digits}) AS g
+WHERE g.n <= :count""",
+}
+_ANALYZE_SQL = {"postgres": "ANALYZE portq_job", "sqlite": "ANALYZE portq_job",
+                "mysql": "ANALYZE TABLE portq_job"}
+
+
+def _mysql_numbers(count: int) -> str:
+    """A derived table of 1..10**k (k digits of ``count``) from cross-joined digits."""
+    digits = "SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {i}" for i in range(1, 10))
+    places = len(str(max(1, count)))
+    expr = " + ".join(f"d{i}.d * {10 ** i}" for i in range(places))
+    joins = " CROSS JOIN ".join(f"({digits}) AS d{i}" for i in range(places))
+    return f"SELECT {expr} + 1 AS n FROM {joins}"
+
+
+# ---- table set-up ---------------------------------------------------------------------------
+
+def fill_jobs(backend: SqlBackend, queue: str, count: int, *, state: str = "ready",
+              offset: int = 0) -> None:
+    """Insert ``count`` due jobs of ``queue`` in ``state`` ('ready' or 'succeeded') with
+    the engine's row generator, in chunks of :data:`FILL_CHUNK` (each committed)."""
+    if backend.engine not in _FILL_SQL:
+        raise ConfigurationError(f"portq bench cannot fill a {backend.engine} table yet")
+    if state not in ("ready", "succeeded"):
+        raise ConfigurationError(f"fill state must be ready or succeeded, got {state!r}")
+    done = 0
+    while done < count:
+        n = min(FILL_CHUNK, count - done)
+        sql = _FILL_SQL[backend.engine].replace("portq_", backend.prefix)
+        sql = sql.replace("{digits}", _mysql_numbers(n))
+        params = {"queue": queue, "state": state, "count": n, "offset": offset + done}
+
+        def insert(cur: Any, sql: str = sql, params: dict[str, Any] = params) -> None:
+            backend.execute(cur, sql, params)
+        backend.run("bench.fill", insert)
+        done += n
+
+
+def analyze_table(backend: SqlBackend) -> None:
+    """Refresh the planner's statistics of the job table (as autovacuum would)."""
+    sql = _ANALYZE_SQL[backend.engine].replace("portq_", backend.prefix)
+
+    def go(cur: Any) -> None:
+        backend.execute(cur, sql)
+        if backend.engine == "mysql":
+            cur.fetchall()
+    backend.run("bench.analyze", go)
+
+
+def drop_tables(backend: SqlBackend) -> None:
+    """Drop the job, error and schema-version tables of ``backend``'s prefix."""
+    if backend.prefix == "portq_":
+        raise ConfigurationError("refusing to drop the application's portq_ tables")
+    for table in ("job_error", "job", "schema_version"):
+        def drop(cur: Any, table: str = table) -> None:
+            backend.execute(cur, f"DROP TABLE IF EXISTS {backend.prefix}{table}")
+        backend.run("bench.drop", drop)
+
+
+@contextmanager
+def rolled_back(backend: SqlBackend) -> Iterator[Any]:
+    """A cursor in a write transaction that is always rolled back."""
+    conn = backend.pool.acquire()
+    broken = False
+    try:
+        backend.begin(conn, True)
+        cur = conn.cursor()
+        try:
+            yield cur
+        finally:
+            close_quietly(cur)
+    finally:
+        try:
+            conn.rollback()
+        except Exception:  # noqa: BLE001 - a failed rollback: discard the connection
+            broken = True
+        backend.pool.release(conn, broken=broken)
+
+
+# ---- the claim's plan -----------------------------------------------------------------------
+
+@dataclass
+class ClaimPlan:
+    """The engine's plan of one claim: node types, ordered index walk, engine time."""
+
+    engine: str
+    nodes: list[str]
+    ordered_walk: bool
+    server_ms: float | None = None
+    buffers: int | None = None
+    text: str = field(default="", repr=False)
+
+
+def claim_params(queue: str, limit: int = CLAIM_LIMIT) -> dict[str, Any]:
+    return {"queue": queue, "worker_id": "portq-bench", "limit": limit, "lease_ms": 60_000}
+
+
+def explain_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
+                  analyze: bool = True) -> ClaimPlan:
+    """Plan the backend's own claim statement (its locking SELECT on MySQL/MariaDB) for
+    one queue; with ``analyze`` the statement runs, in a transaction rolled back."""
+    # the first statement of a multi-statement claim is the one that picks the rows
+    claim_sql = split_statements(backend.queries["claim"])[0]
+    params = claim_params(queue, limit)
+    index = f"{backend.prefix}job_ready_idx"
+    with rolled_back(backend) as cur:
+        if backend.engine == "postgres":
+            options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
+            row = backend.execute(cur, f"EXPLAIN ({options}) {claim_sql}", params).fetchone()
+            return _postgres_plan(row[0], index)
+        if backend.engine == "sqlite":
+            rows = backend.execute(cur, f"EXPLAIN QUERY PLAN {claim_sql}", params).fetchall()
+            details = [str(r[3]) for r in rows]
+            walk = (any(index in d for d in details)
+                    and not any("TEMP B-TREE" in d for d in details))
+            return ClaimPlan("sqlite", details, walk, text="\n".join(details))
+        if backend.engine == "mysql":
+            mariadb = "mariadb" in server_version(backend, cur).lower()
+            verb = "ANALYZE FORMAT=JSON" if analyze and mariadb else "EXPLAIN FORMAT=JSON"
+            row = backend.execute(cur, f"{verb} {claim_sql}", params).fetchone()
+            return _mysql_plan(str(row[0]), index)
+    raise ConfigurationError(f"portq bench has no plan reader for {backend.engine}")
+
+
+def _postgres_plan(doc: Any, index: str) -> ClaimPlan:
+    top = (json.loads(doc) if isinstance(doc, str) else doc)[0]
+    nodes: list[str] = []
+    walk = False
+
+    def visit(node: dict[str, Any]) -> None:
+        nonlocal walk
+        kind = str(node["Node Type"])
+        if node.get("Index Name"):
+            nodes.append(f"{kind} ({node['Index Name']})")
+            walk = walk or (kind in ("Index Scan", "Index Only Scan")
+                            and node["Index Name"] == index)
+        else:
+            nodes.append(kind)
+        for child in node.get("Plans", []):
+            visit(child)
+    visit(top["Plan"])
+    sort = any(n.split(" (")[0] in ("Sort", "Incremental Sort") for n in nodes)
+    plan = top["Plan"]
+    buffers = None
+    if "Shared Hit Blocks" in plan:
+        buffers = int(plan["Shared Hit Blocks"]) + int(plan.get("Shared Read Blocks", 0))
+    return ClaimPlan("postgres", nodes, walk and not sort, top.get("Execution Time"),
+                     buffers, json.dumps(top, indent=1))
+
+
+def _mysql_plan(doc: str, index: str) -> ClaimPlan:
+    nodes: list[str] = []
+    keys: list[str] = []
+    sorts = False
+
+    def visit(value: Any) -> None:
+        nonlocal sorts
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k in ("filesort", "temporary_table") or (k == "using_filesort" and v):
+                    sorts = True
+                    nodes.append(k)
+                if k == "table" and isinstance(v, dict) and "table_name" in v:
+                    keys.append(str(v.get("key")))
+                    nodes.append(f"{v.get('access_type')} {v['table_name']} ({v.get('key')})")
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+    parsed = json.loads(doc)
+    visit(parsed)
+    block = parsed.get("query_block", {})
+    server_ms = block.get("r_total_time_ms")
+    return ClaimPlan("mysql", nodes, index in keys and not sorts,
+                     None if server_ms is None else float(server_ms), None,
+                     json.dumps(parsed, indent=1))
+
+
+def time_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
+               runs: int = 5) -> tuple[float, int]:
+    """Median wall time (ms) of the real claim in rolled-back transactions, and the
+    number of jobs it claimed."""
+    params = claim_params(queue, limit)
+    times: list[float] = []
+    claimed = 0
+    for _ in range(runs + 1):  # the first run warms the cache and is not counted
+        with rolled_back(backend) as cur:
+            started = time.perf_counter()
+            claimed = len(backend.claim_rows(cur, params))
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[1:]), claimed
+
+
+def server_version(backend: SqlBackend, cur: Any | None = None) -> str:
+    """The engine's version string."""
+    if backend.engine == "sqlite":
+        return f"SQLite {sqlite3.sqlite_version}"
+    sql = {"postgres": "SELECT version()", "mysql": "SELECT VERSION()"}.get(backend.engine)
+    if sql is None:
+        return backend.engine
+    if cur is not None:
+        return str(backend.execute(cur, sql).fetchone()[0])
+    return str(backend.run("bench.version", lambda c: backend.execute(c, sql).fetchone()[0],
+                           write=False))
+
+
+# ---- scenarios --------------------------------------------------------------------------------
+
+def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
+                  progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Claim cost at each (ready per queue, total rows) size; the table grows in place."""
+    backend = queue.backend
+    names = [f"bench-claim-{i}" for i in range(QUEUE_COUNT)]
+    ready_now = finished_now = 0
+    results = []
+    started = time.perf_counter()
+    for step, (ready, total) in enumerate(sorted(sizes, key=lambda s: (s[0], s[1] or 0))):
+        if ready > ready_now:
+            for name in names:
+                fill_jobs(backend, name, ready - ready_now, offset=ready_now)
+            ready_now = ready
+        finished = max(0, (total or 0) - QUEUE_COUNT * ready_now)
+        if finished > finished_now:
+            fill_jobs(backend, names[-1], finished - finished_now, state="succeeded",
+                      offset=finished_now)
+            finished_now = finished
+        analyze_table(backend)
+        plan = explain_claim(backend, names[0])
+        claim_ms, claimed = time_claim(backend, names[0])
+        results.append({
+            "engine": backend.engine, "ready": ready, "total": QUEUE_COUNT * ready_now +
+            finished_now, "queues": QUEUE_COUNT, "limit": CLAIM_LIMIT, "claimed": claimed,
+            "claim_ms": round(claim_ms, 3),
+            "server_ms": None if plan.server_ms is None else round(plan.server_ms, 3),
+            "buffers": plan.buffers, "ordered_walk": plan.ordered_walk,
+            "nodes": plan.nodes})
+        if progress:
+            progress(step + 1, len(sizes), time.perf_counter() - started)
+    return results
+
+
+def _noop(job: Job) -> None:
+    """The benchmark's job: nothing, so the queue's own cost is what is measured."""
+
+
+def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) -> float:
+    """Enqueue ``jobs`` no-op jobs with enqueue_many in chunks; return the seconds taken."""
+    started = time.perf_counter()
+    for start in range(0, jobs, chunk):
+        queue.enqueue_many([{"queue": name, "payload": {"n": i}}
+                            for i in range(start, min(jobs, start + chunk))])
+    return time.perf_counter() - started
+
+
+def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads."""
+    name = f"bench-tp-{uuid.uuid4().hex[:8]}"
+    bulk_enqueue(queue, name, jobs)
+    worker = Worker(queue, name, _noop, concurrency=workers, batch=batch, burst=True,
+                    lease=120, idle_min=0.005, idle_max=0.05, reap_interval=None,
+                    prune_interval=None)
+    thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+        if progress:
+            progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    done = worker.counters.succeeded
+    queue.prune(0, limit=jobs + 1, queue=name)
+    return {"engine": queue.backend.engine, "workers": workers, "batch": batch, "jobs": jobs,
+            "succeeded": done, "seconds": round(elapsed, 3),
+            "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else None}
+
+
+def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
+               workers: Sequence[int] = DEFAULT_WORKERS,
+               batches: Sequence[int] = DEFAULT_BATCHES,
+               progress: Progress | None = None) -> list[dict[str, Any]]:
+    """:func:`throughput_run` for every worker count and batch size."""
+    return [throughput_run(queue, jobs, w, b, progress) for b in batches for w in workers]
+
+
+def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
+                  single_jobs: int = 2_000) -> list[dict[str, Any]]:
+    """jobs/s of one-at-a-time enqueue and of bulk enqueue_many."""
+    name = f"bench-enq-{uuid.uuid4().hex[:8]}"
+    n_single = min(jobs, single_jobs)
+    started = time.perf_counter()
+    for i in range(n_single):
+        queue.enqueue(name, {"n": i})
+    single_s = time.perf_counter() - started
+    bulk_s = bulk_enqueue(queue, name, jobs)
+    engine = queue.backend.engine
+    return [
+        {"engine": engine, "mode": "single", "jobs": n_single, "seconds": round(single_s, 3),
+         "jobs_per_s": round(n_single / single_s, 1)},
+        {"engine": engine, "mode": f"bulk ({BULK_CHUNK}/call)", "jobs": jobs,
+         "seconds": round(bulk_s, 3), "jobs_per_s": round(jobs / bulk_s, 1)},
+    ]
+
+
+def machine() -> dict[str, Any]:
+    """nproc, memory, Python and OS of this machine."""
+    mem = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    mem = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "memory_gib": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "portq": portq.__version__}
+
+
+def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_JOBS,
+        workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
+        sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
+        progress: Progress | None = None) -> dict[str, Any]:
+    """Run ``scenarios`` against ``url`` in ``portqb_`` tables, dropped afterwards."""
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ConfigurationError(f"unknown scenario(s) {unknown}; use {', '.join(SCENARIOS)}")
+    with portq.connect(url, prefix=BENCH_PREFIX, pool_size=16) as queue:
+        backend = queue.backend
+        drop_tables(backend)  # leftovers of an interrupted run
+        queue.migrate()
+        report: dict[str, Any] = {
+            "url": queue.url, "engine": backend.engine, "version": server_version(backend),
+            "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine()}
+        try:
+            if "enqueue" in scenarios:
+                report["enqueue"] = enqueue_rates(queue, jobs)
+            if "throughput" in scenarios:
+                report["throughput"] = throughput(queue, jobs, workers, batches, progress)
+            if "claim-latency" in scenarios:
+                report["claim_latency"] = claim_latency(queue, sizes, progress)
+        finally:
+            drop_tables(backend)
+    return report
+
+
+def parse_sizes(text: str) -> list[tuple[int, int | None]]:
+    """``'1000,10000,100000/1000000'`` -> [(1000, None), (10000, None), (100000, 1000000)]."""
+    sizes: list[tuple[int, int | None]] = []
+    for part in text.split(","):
+        ready, _, total = part.strip().partition("/")
+        try:
+            size = (int(ready), int(total) if total else None)
+        except ValueError:
+            raise ConfigurationError(f"invalid size {part!r}: use READY or READY/TOTAL") from None
+        if size[0] <= 0 or (size[1] is not None and size[1] < QUEUE_COUNT * size[0]):
+            raise ConfigurationError(f"invalid size {part!r}: READY > 0 and TOTAL >= "
+                                     f"{QUEUE_COUNT} x READY ({QUEUE_COUNT} queues)")
+        sizes.append(size)
+    return sizes
+
+
+def as_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, default=lambda o: asdict(o))
