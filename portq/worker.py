@@ -5,14 +5,17 @@ round-robin order, each with its own single-queue claim statement, and only as m
 as it has free slots. Handlers run on ``concurrency`` threads. A heartbeat thread renews
 the lease of every running job at a third of the lease; a renewal that returns False means
 another worker now owns the job, and this worker stops reporting for it. An empty queue is
-polled with growing, jittered sleeps. SIGTERM/SIGINT (when ``install_signals``) stop
-claiming, wait up to ``grace`` seconds for running jobs, then release the rest to ready;
-a second signal exits at once.
+polled with growing, jittered sleeps; on PostgreSQL a listener thread (LISTEN on the
+queues' channels, NOTIFY sent by enqueue at commit) cuts those sleeps short, while polling
+stays the correctness path. SIGTERM/SIGINT (when ``install_signals``) stop claiming, wait
+up to ``grace`` seconds for running jobs, then release the rest to ready (the attempt is
+given back); a second signal exits at once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue as stdqueue
 import random
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
+from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.job import Job
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
@@ -40,6 +44,10 @@ class RetryAfter(Exception):
     """Raise from a handler to retry this job after ``delay`` seconds (overriding backoff)."""
 
     def __init__(self, delay: float, reason: str = "") -> None:
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or \
+                not 0 <= delay < math.inf:
+            raise ConfigurationError(f"RetryAfter delay must be a finite number of seconds "
+                                     f">= 0, got {delay!r}")
         super().__init__(reason or f"retry requested after {delay}s")
         self.delay = delay
 
@@ -77,7 +85,8 @@ class Worker:
                  reap_delay: float = 1.0, prune_interval: float | None = 3600.0,
                  prune_older_than: float = 7 * 86400.0, grace: float = 30.0,
                  burst: bool = False, worker_id: str | None = None,
-                 install_signals: bool = False) -> None:
+                 install_signals: bool = False, heartbeat: bool = True,
+                 listen: bool = True) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -104,10 +113,13 @@ class Worker:
         self.burst = burst
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
+        self.heartbeat = heartbeat
+        self.listen = listen
         self.counters = WorkerCounters()
         # a pool big enough for every handler's report plus claim loop and heartbeat
         queue.backend.pool.resize(self.concurrency + 3)
-        self._inflight: dict[int, Job] = {}
+        self._inflight: dict[int, Job] = {}  # jobs this worker still owns
+        self._busy = 0  # slots taken: claimed jobs whose handler has not returned
         self._lock = threading.Lock()
         self._tasks: stdqueue.Queue[Job | None] = stdqueue.Queue()
         self._stopping = threading.Event()
@@ -145,8 +157,16 @@ class Worker:
 
     @property
     def inflight(self) -> int:
+        """Jobs this worker claimed and still owns."""
         with self._lock:
             return len(self._inflight)
+
+    @property
+    def busy(self) -> int:
+        """Handler slots in use (a job whose ownership was lost holds its slot until its
+        handler returns, so a worker never runs more than ``concurrency`` handlers)."""
+        with self._lock:
+            return self._busy
 
     # ---- the claim loop -----------------------------------------------------------------
 
@@ -159,7 +179,7 @@ class Worker:
             claimed = 0
             try:
                 for i in range(len(self.queues)):
-                    free = self.concurrency - self.inflight
+                    free = self.concurrency - self.busy
                     if free <= 0:
                         break
                     claimed += self._claim(self.queues[(start + i) % len(self.queues)], free)
@@ -171,7 +191,7 @@ class Worker:
                 if self.prune_interval and now >= next_prune:
                     next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
                     self._prune()
-                if self.burst and claimed == 0 and self.inflight == 0 and self._drained():
+                if self.burst and claimed == 0 and self.busy == 0 and self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
                 idle_rounds += 1
@@ -182,7 +202,7 @@ class Worker:
                 continue
             if claimed:
                 idle_rounds = 0
-                if self.inflight >= self.concurrency:
+                if self.busy >= self.concurrency:
                     self._sleep(self.idle_max)  # woken as soon as a slot frees
             else:
                 idle_rounds += 1
@@ -207,6 +227,7 @@ class Worker:
         with self._lock:
             for job in jobs:
                 self._inflight[job.id] = job
+            self._busy += len(jobs)
         for job in jobs:
             log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
                      job.id, job.queue, job.attempt, self.worker_id)
@@ -237,7 +258,12 @@ class Worker:
     def _start_threads(self) -> None:
         for n in range(self.concurrency):
             self._spawn(self._run_tasks, f"portq-handler-{n}")
-        self._spawn(self._heartbeat, "portq-heartbeat")
+        if self.heartbeat:
+            self._spawn(self._heartbeat, "portq-heartbeat")
+        if self.listen:
+            listener = self.queue.backend.listener(self.queues)
+            if listener is not None:
+                self._spawn(lambda: self._listen(listener), "portq-listen")
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -253,7 +279,9 @@ class Worker:
                 self._execute(job)
             finally:
                 with self._lock:
-                    self._inflight.pop(job.id, None)
+                    if self._inflight.get(job.id) is job:
+                        del self._inflight[job.id]
+                    self._busy -= 1
                 self._wake.set()
 
     def _owned(self, job: Job) -> bool:
@@ -333,6 +361,25 @@ class Worker:
                         log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
                                     "lease renewal refused", job.id, job.queue, job.attempt,
                                     self.worker_id)
+
+    def _listen(self, listener: Listener) -> None:
+        """Wake the claim loop whenever enqueue announces a job on one of our queues."""
+        delay = 0.5
+        try:
+            while not self._done.is_set():
+                try:
+                    if listener.wait(1.0):
+                        log.debug("worker.notified worker=%s", self.worker_id)
+                        self.wake()
+                    delay = 0.5
+                except Exception as exc:  # noqa: BLE001 - polling covers for us meanwhile
+                    log.warning("worker.listen_error worker=%s error=%s: %s; polling only, "
+                                "retrying in %.1fs", self.worker_id, type(exc).__name__,
+                                exc, delay)
+                    self._done.wait(delay)
+                    delay = min(delay * 2, 30.0)
+        finally:
+            listener.close()
 
     # ---- shutdown -----------------------------------------------------------------------
 

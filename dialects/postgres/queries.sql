@@ -25,7 +25,7 @@ ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
 -- name: notify
-SELECT pg_notify('portq_' || :queue, '');
+SELECT pg_notify(:channel, '');
 
 -- name: job_id_by_key
 SELECT job_id FROM portq_job WHERE job_key = :key;

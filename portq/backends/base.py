@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
 from portq.job import Claim, Job, JobRecord, QueueStats
@@ -40,6 +40,16 @@ class ErrorKind(enum.Enum):
     RETRYABLE = "retryable"      # deadlock, serialization failure, lock timeout, busy
     CONNECTION = "connection"    # the connection is gone; discard it
     OTHER = "other"
+
+
+class Listener(Protocol):
+    """A dedicated connection that waits for :meth:`SqlBackend.announce` messages."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when jobs were announced meanwhile."""
+
+    def close(self) -> None:
+        """Close the connection."""
 
 
 class SqlBackend(Backend):
@@ -244,7 +254,17 @@ class SqlBackend(Backend):
                     raise DatabaseError(f"job key {job.key!r} conflicted but no job holds it")
                 job_id = int(row[0])
             ids.append(job_id)
+        self.announce(cur, sorted({job.queue for job in jobs}))
         return ids
+
+    def announce(self, cur: Any, queues: Sequence[str]) -> None:
+        """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing
+        transaction commits. Default: nothing; workers find new jobs by polling."""
+
+    def listener(self, queues: Sequence[str]) -> Listener | None:
+        """A :class:`Listener` for what :meth:`announce` sends, or None where workers only
+        poll. Polling stays the correctness path either way; this only shortens idle waits."""
+        return None
 
     def job_params(self, job: NewJob) -> dict[str, Any]:
         return {

@@ -3,15 +3,19 @@ LOCKED) RETURNING statement; idempotent enqueue is INSERT ... ON CONFLICT DO NOT
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import sql as pgsql
 
 from portq.backends.base import ErrorKind, SqlBackend
+from portq.pool import close_quietly
 
 _RETRYABLE = {"40P01", "40001", "55P03"}   # deadlock, serialization failure, lock not available
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 
 
 class PostgresBackend(SqlBackend):
@@ -20,6 +24,10 @@ class PostgresBackend(SqlBackend):
     driver_module = "psycopg"
 
     def connect(self) -> Any:
+        return psycopg.connect(autocommit=False, **self.connect_kwargs())
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """psycopg.connect() arguments from the URL (includes the password: never log)."""
         kw: dict[str, Any] = {k: v for k, v in {
             "host": self.url.host, "port": self.url.port, "user": self.url.username,
             "password": self.url.password, "dbname": self.url.database}.items()
@@ -27,7 +35,7 @@ class PostgresBackend(SqlBackend):
         kw.update(self.url.query)
         kw.setdefault("connect_timeout", 10)
         kw.setdefault("application_name", "portq")
-        return psycopg.connect(autocommit=False, **kw)
+        return kw
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):
@@ -49,6 +57,50 @@ class PostgresBackend(SqlBackend):
         self.execute(cur, "migration_lock")
         yield
 
-    def notify(self, cur: Any, queue: str) -> None:
-        """Wake idle workers of ``queue`` (LISTEN portq_<queue>) when the transaction commits."""
-        self.execute(cur, "notify", {"queue": queue})
+    def channel(self, queue: str) -> str:
+        """The LISTEN/NOTIFY channel of ``queue``: prefix + queue name, or prefix + its
+        SHA-1 when that is longer than PostgreSQL's 63-byte identifier limit."""
+        name = self.prefix + queue
+        if len(name.encode("utf-8")) <= _MAX_IDENTIFIER_BYTES:
+            return name
+        return self.prefix + hashlib.sha1(queue.encode("utf-8")).hexdigest()
+
+    def announce(self, cur: Any, queues: Sequence[str]) -> None:
+        """``pg_notify`` each queue's channel; PostgreSQL delivers it at commit (and drops
+        it on rollback), so a worker never wakes for a job it cannot see yet."""
+        for queue in queues:
+            self.execute(cur, "notify", {"channel": self.channel(queue)})
+
+    def listener(self, queues: Sequence[str]) -> PostgresListener:
+        return PostgresListener(self, [self.channel(q) for q in queues])
+
+
+class PostgresListener:
+    """``LISTEN`` on a dedicated autocommit connection, opened on first :meth:`wait`."""
+
+    def __init__(self, backend: PostgresBackend, channels: Sequence[str]) -> None:
+        self._backend = backend
+        self._channels = list(channels)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def wait(self, timeout: float) -> bool:
+        if self._conn is None:
+            conn = psycopg.connect(autocommit=True, **{
+                **self._backend.connect_kwargs(), "application_name": "portq-listen"})
+            try:
+                for channel in self._channels:
+                    conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))
+            except BaseException:
+                close_quietly(conn)
+                raise
+            self._conn = conn
+        try:
+            return any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            close_quietly(conn)
