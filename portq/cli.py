@@ -90,9 +90,37 @@ def cmd_worker(args: argparse.Namespace) -> int:
         q.backend.check_schema()
         worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
                         burst=args.burst, grace=args.grace, install_signals=True)
-        counters = worker.run()
+        stops = _start_worker_extras(args, q, worker)
+        try:
+            counters = worker.run()
+        finally:
+            for stop in stops:
+                stop()
     print(json.dumps(counters.as_dict()), file=sys.stderr)
     return 0
+
+
+def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
+                         worker: Worker) -> list[Callable[[], None]]:
+    """Start the scheduler (--schedule) and metrics server (--metrics-port) beside a
+    worker; return what stops them."""
+    stops: list[Callable[[], None]] = []
+    if args.schedule:
+        from portq.schedule import Scheduler, load_schedules
+        scheduler = Scheduler(q, load_schedules(args.schedule))
+        scheduler.start()  # enqueues what is due now before the worker's first claim
+        stops.append(scheduler.stop)
+    if args.metrics_port is not None:
+        from portq.metrics import serve_metrics
+        try:
+            server = serve_metrics(q, worker, args.metrics_port)
+        except OSError as exc:
+            for stop in stops:
+                stop()
+            raise ConfigurationError(
+                f"cannot serve metrics on 127.0.0.1:{args.metrics_port}: {exc}") from None
+        stops.append(server.close)
+    return stops
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -247,6 +275,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="portq", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("PORTQ_LOG_LEVEL", "WARNING"),
@@ -281,6 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long shutdown waits for running jobs before releasing them")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once the queues have no due ready and no running jobs")
+    p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
+                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics")
+    p.add_argument("--schedule", default=None, metavar="FILE",
+                   help="TOML file of [[schedule]] cron jobs to enqueue (once per due time, "
+                        "however many workers run it)")
 
     p = command("stats", cmd_stats, "per-queue counts, oldest ready age, retry rate")
     p.add_argument("--queue", default=None)

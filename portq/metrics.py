@@ -1,0 +1,187 @@
+"""Prometheus metrics for a worker, in the text exposition format (no dependency).
+
+The format is small and stable (``# HELP``/``# TYPE`` lines, then ``name{labels} value``),
+so portq writes it itself rather than requiring ``prometheus_client``. Counters come from
+:class:`portq.worker.WorkerCounters`; claim latency is a histogram fed by the worker's
+``counters.claim_seconds``; queue depth and the oldest ready job's age are read from
+:meth:`portq.Queue.stats` at scrape time (by the database clock)::
+
+    server = serve_metrics(queue, worker, port=9464)   # http://127.0.0.1:9464/metrics
+    ...
+    server.close()
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from portq.queue import Queue
+from portq.worker import Worker, WorkerCounters
+
+log = logging.getLogger("portq.metrics")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# (metric suffix, WorkerCounters field, help)
+COUNTERS = (
+    ("claimed", "claimed", "Jobs claimed by this worker."),
+    ("succeeded", "succeeded", "Jobs this worker completed."),
+    ("failed", "retried", "Failed attempts this worker scheduled for a retry."),
+    ("dead", "dead", "Jobs this worker moved to dead (attempts spent or permanent error)."),
+    ("lost", "lost", "Jobs whose ownership this worker lost (fencing refused its write)."),
+    ("released", "released", "Unfinished jobs this worker released at shutdown."),
+)
+
+
+class Histogram:
+    """A cumulative, thread-safe histogram of seconds."""
+
+    def __init__(self, buckets: Sequence[float] = CLAIM_BUCKETS) -> None:
+        self.buckets = tuple(sorted(buckets))
+        self.counts = [0] * (len(self.buckets) + 1)   # last slot: above every bound
+        self.total = 0.0
+        self._lock = threading.Lock()
+
+    def observe(self, seconds: float) -> None:
+        with self._lock:
+            self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
+            self.total += seconds
+
+    def lines(self, name: str) -> list[str]:
+        with self._lock:
+            counts, total = list(self.counts), self.total
+        out, running = [], 0
+        for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
+            running += n
+            le = "+Inf" if bound == float("inf") else repr(bound)
+            out.append(f'{name}_bucket{{le="{le}"}} {running}')
+        out += [f"{name}_sum {total!r}", f"{name}_count {running}"]
+        return out
+
+
+class ObservedDurations(list[float]):
+    """A list that also feeds every appended duration to a :class:`Histogram`.
+
+    It replaces ``worker.counters.claim_seconds``: the worker keeps appending (and
+    trimming) as before, while the histogram keeps cumulative counts.
+    """
+
+    def __init__(self, histogram: Histogram, initial: Iterable[float] = ()) -> None:
+        super().__init__()
+        self.histogram = histogram
+        for value in initial:
+            self.append(value)
+
+    def append(self, value: float) -> None:
+        self.histogram.observe(value)
+        super().append(value)
+
+
+class WorkerMetrics:
+    """Renders one worker's counters and its queues' stats as Prometheus text."""
+
+    def __init__(self, queue: Queue, worker: Worker) -> None:
+        self.queue = queue
+        self.worker = worker
+        self.claim_latency = Histogram()
+        worker.counters.claim_seconds = ObservedDurations(
+            self.claim_latency, worker.counters.claim_seconds)
+
+    def render(self) -> str:
+        counters: WorkerCounters = self.worker.counters
+        lines: list[str] = []
+        for suffix, field_name, help_ in COUNTERS:
+            name = f"portq_jobs_{suffix}_total"
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter",
+                      f"{name} {getattr(counters, field_name)}"]
+        name = "portq_claim_duration_seconds"
+        lines += [f"# HELP {name} Time one claim statement took (empty claims included).",
+                  f"# TYPE {name} histogram", *self.claim_latency.lines(name)]
+        lines += ["# HELP portq_worker_inflight Jobs this worker is running now.",
+                  "# TYPE portq_worker_inflight gauge",
+                  f"portq_worker_inflight {self.worker.inflight}"]
+        lines += self._queue_lines()
+        return "\n".join(lines) + "\n"
+
+    def _queue_lines(self) -> list[str]:
+        gauges: dict[str, list[str]] = {"ready": [], "running": [], "scheduled": [],
+                                        "dead": [], "oldest_ready_age_seconds": []}
+        up = 1
+        for qname in self.worker.queues:
+            try:
+                stats = self.queue.stats(qname)
+            except Exception as exc:  # noqa: BLE001 - report the scrape as degraded
+                log.warning("metrics.stats_error queue=%s error=%s", qname, exc)
+                up = 0
+                continue
+            s = stats[0] if stats else None
+            label = f'{{queue="{_escape(qname)}"}}'
+            gauges["ready"].append(f"{label} {s.ready if s else 0}")
+            gauges["running"].append(f"{label} {s.running if s else 0}")
+            gauges["scheduled"].append(f"{label} {s.scheduled if s else 0}")
+            gauges["dead"].append(f"{label} {s.dead if s else 0}")
+            age = s.oldest_ready_age_s if s and s.oldest_ready_age_s is not None else 0.0
+            gauges["oldest_ready_age_seconds"].append(f"{label} {age!r}")
+        helps = {"ready": "Due ready jobs (queue depth).", "running": "Running jobs.",
+                 "scheduled": "Ready jobs whose run_at is in the future.",
+                 "dead": "Dead jobs.",
+                 "oldest_ready_age_seconds": "Age of the oldest due ready job (0 if none)."}
+        lines = ["# HELP portq_stats_up 1 if the last queue stats query succeeded.",
+                 "# TYPE portq_stats_up gauge", f"portq_stats_up {up}"]
+        for key, samples in gauges.items():
+            name = f"portq_queue_{key}"
+            lines += [f"# HELP {name} {helps[key]}", f"# TYPE {name} gauge"]
+            lines += [name + sample for sample in samples]
+        return lines
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class MetricsServer:
+    """An HTTP server on ``host:port`` answering ``GET /metrics`` in a daemon thread."""
+
+    def __init__(self, metrics: WorkerMetrics, port: int, host: str = "127.0.0.1") -> None:
+        render = metrics.render
+
+        class _Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404, "try /metrics")
+                    return
+                body = render().encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("metrics.request " + format, *args)
+
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
+        self.httpd.daemon_threads = True
+        self.host, self.port = host, int(self.httpd.server_address[1])
+        self._thread = threading.Thread(target=self.httpd.serve_forever,
+                                        name="portq-metrics", daemon=True)
+        self._thread.start()
+        log.info("metrics.serving url=http://%s:%d/metrics", self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def serve_metrics(queue: Queue, worker: Worker, port: int,
+                  host: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``worker``'s metrics at ``http://host:port/metrics`` (port 0: any free port)."""
+    return MetricsServer(WorkerMetrics(queue, worker), port, host)

@@ -1,0 +1,150 @@
+"""`portq worker --metrics-port` and `--schedule`, run as real processes on real engines."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+import portq
+from portq.conformance.helpers import wait_until
+from portq.conformance.plugin import TEST_PREFIX
+
+PORTQ = [sys.executable, "-m", "portq.cli"]
+HANDLERS = '''
+import time
+import portq
+
+def handle(job):
+    if job.payload == "slow":
+        time.sleep(2.0)
+    elif job.payload == "dead":
+        raise portq.Permanent("refused")
+    elif job.payload == "flaky" and job.attempt == 1:
+        raise RuntimeError("first attempt fails")
+'''
+SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = resp.read().decode("utf-8")
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"malformed exposition line {line!r}"
+        samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return samples
+
+
+def start_worker(url: str, cwd: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.Popen([*PORTQ, "worker", url, "--prefix", TEST_PREFIX,
+                             "--handler", "handlers:handle", "--lease", "10s", *args],
+                            cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def test_metrics_endpoint_during_a_worker_run(engine_url: str, queue: portq.Queue,
+                                              qname: str, tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text(HANDLERS, encoding="utf-8")
+    queue.enqueue(qname, "slow", priority=10)          # holds the only slot for 2 s
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(10)])
+    queue.enqueue(qname, "dead")
+    queue.enqueue(qname, "flaky", max_attempts=3)
+    queue.enqueue(qname, "later", delay=3600)
+    port = free_port()
+    proc = start_worker(engine_url, tmp_path, "--queue", qname, "--concurrency", "1",
+                        "--metrics-port", str(port))
+    label = f'{{queue="{qname}"}}'
+    try:
+        seen_backlog: dict[str, float] = {}
+
+        def backlog_observed() -> bool:
+            try:
+                m = scrape(port)
+            except OSError:
+                return False
+            if m.get(f"portq_queue_ready{label}", 0) > 0 and \
+                    m.get("portq_jobs_claimed_total", 0) >= 1:
+                seen_backlog.update(m)
+                return True
+            return False
+
+        assert wait_until(backlog_observed, timeout=30, interval=0.1), proc.stderr
+        assert seen_backlog[f"portq_queue_oldest_ready_age_seconds{label}"] > 0
+        assert seen_backlog[f"portq_queue_scheduled{label}"] == 1
+
+        def drained() -> bool:
+            m = scrape(port)
+            return m["portq_jobs_succeeded_total"] == 12 and m[f"portq_queue_ready{label}"] == 0
+        assert wait_until(drained, timeout=60, interval=0.2)
+        m = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert m["portq_jobs_claimed_total"] == 14       # 13 jobs, one of them twice
+    assert m["portq_jobs_failed_total"] == 1
+    assert m["portq_jobs_dead_total"] == 1
+    assert m[f"portq_queue_dead{label}"] == 1
+    assert m[f"portq_queue_oldest_ready_age_seconds{label}"] == 0
+    assert m["portq_stats_up"] == 1
+    buckets = [v for k, v in m.items() if k.startswith("portq_claim_duration_seconds_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == m["portq_claim_duration_seconds_count"]
+    assert m["portq_claim_duration_seconds_count"] >= 10   # at least one claim per job
+    assert m["portq_claim_duration_seconds_sum"] > 0
+    assert proc.returncode == 0
+
+
+def test_two_workers_with_one_schedule_enqueue_each_minute_once(
+        engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text(HANDLERS, encoding="utf-8")
+    schedule = tmp_path / "schedules.toml"
+    schedule.write_text(f'[[schedule]]\nname = "{qname}"\nqueue = "{qname}"\n'
+                        'cron = "* * * * *"\npayload = {{ from = "cron" }}\n'.replace("{{", "{")
+                        .replace("}}", "}"), encoding="utf-8")
+    first_minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    procs = [start_worker(engine_url, tmp_path, "--queue", qname, "--burst",
+                          "--schedule", str(schedule)) for _ in range(2)]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    last_minute = datetime.now(UTC).replace(second=0, microsecond=0)
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    jobs = queue.jobs("succeeded", queue=qname, limit=100)
+    keys = [j.key for j in jobs]
+    assert len(keys) == len(set(keys)) >= 1
+    assert all(j.payload == {"from": "cron"} for j in jobs)
+    minutes = {datetime.strptime(k or "", f"cron:{qname}:%Y-%m-%dT%H:%M:%SZ")
+               .replace(tzinfo=UTC) for k in keys}
+    assert all(first_minute <= t <= last_minute for t in minutes), (keys, first_minute)
+    if first_minute == last_minute:
+        assert len(jobs) == 1, keys   # both workers saw the same due minute
+
+
+def test_bad_schedule_file_is_a_clear_error(engine_url: str, qname: str,
+                                            tmp_path: Path) -> None:
+    (tmp_path / "handlers.py").write_text(HANDLERS, encoding="utf-8")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[schedule]]\nname = "x"\nqueue = "q"\ncron = "61 * * * *"\n', "utf-8")
+    proc = start_worker(engine_url, tmp_path, "--queue", qname, "--burst", "--schedule",
+                        str(bad))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "61 is outside 0-59" in err
