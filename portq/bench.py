@@ -294,15 +294,14 @@ def server_version(backend: SqlBackend, cur: Any | None = None) -> str:
 
 # ---- scenarios --------------------------------------------------------------------------------
 
-def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
-                  progress: Progress | None = None) -> list[dict[str, Any]]:
+def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES
+                  ) -> list[dict[str, Any]]:
     """Claim cost at each (ready per queue, total rows) size; the table grows in place."""
     backend = queue.backend
     names = [f"bench-claim-{i}" for i in range(QUEUE_COUNT)]
     ready_now = finished_now = 0
     results = []
-    started = time.perf_counter()
-    for step, (ready, total) in enumerate(sorted(sizes, key=lambda s: (s[0], s[1] or 0))):
+    for ready, total in sorted(sizes, key=lambda s: (s[0], s[1] or 0)):
         if ready > ready_now:
             for name in names:
                 fill_jobs(backend, name, ready - ready_now, offset=ready_now)
@@ -322,8 +321,6 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
             "server_ms": None if plan.server_ms is None else round(plan.server_ms, 3),
             "buffers": plan.buffers, "ordered_walk": plan.ordered_walk,
             "nodes": plan.nodes})
-        if progress:
-            progress(step + 1, len(sizes), time.perf_counter() - started)
     return results
 
 
@@ -425,7 +422,7 @@ def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_J
             if "throughput" in scenarios:
                 report["throughput"] = throughput(queue, jobs, workers, batches, progress)
             if "claim-latency" in scenarios:
-                report["claim_latency"] = claim_latency(queue, sizes, progress)
+                report["claim_latency"] = claim_latency(queue, sizes)
         finally:
             drop_tables(backend)
     return report

@@ -249,6 +249,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from portq import bench
+    url = _url(args)
+    progress = None if args.no_progress else _progress
+    report = bench.run(url, args.scenario or bench.SCENARIOS, jobs=args.jobs,
+                       workers=args.workers, batches=args.batch, sizes=args.sizes,
+                       progress=progress)
+    if progress:
+        print(file=sys.stderr)
+    if args.json:
+        print(bench.as_json(report))
+        return 0
+    print(f"{report['version']} at {report['url']}, {report['date']}")
+    for title, key, cols in (
+            ("enqueue", "enqueue", ["mode", "jobs", "seconds", "jobs_per_s"]),
+            ("claim + complete, no-op handler", "throughput",
+             ["workers", "batch", "jobs", "seconds", "jobs_per_s"]),
+            (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
+             "(rolled back)", "claim_latency",
+             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"])):
+        if key in report:
+            print(f"\n{title}")
+            _print_table(cols, [[_cell(", ".join(v) if isinstance(v, list) else v)
+                                 for v in (r[c] for c in cols)] for r in report[key]])
+    return 0
+
+
+def _int_list(text: str) -> list[int]:
+    return [_positive(part) for part in text.split(",")]
+
+
 def _demo_handler(job: Job) -> None:
     """The demo's job: a tiny bit of CPU work on the payload."""
     sum(range(int(job.payload["n"]) % 100))
@@ -264,6 +295,14 @@ def _progress(done: int, total: int, elapsed: float) -> None:
 
 
 # ---- parser ---------------------------------------------------------------------------------
+
+def _sizes(text: str) -> list[tuple[int, int | None]]:
+    from portq import bench
+    try:
+        return bench.parse_sizes(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
 
 def _positive(text: str) -> int:
     try:
@@ -364,6 +403,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive, default=5000)
     p.add_argument("--workers", type=_positive, default=4)
     p.add_argument("--batch", type=_positive, default=20)
+
+    from portq import bench
+    p = command("bench", cmd_bench, "measure claim cost vs table size, throughput and "
+                "enqueue rate in portqb_ tables (dropped afterwards)")
+    p.add_argument("--scenario", action="append", choices=bench.SCENARIOS,
+                   help="repeat for more (default: all)")
+    p.add_argument("--jobs", type=_positive, default=bench.DEFAULT_JOBS)
+    p.add_argument("--workers", type=_int_list, default=list(bench.DEFAULT_WORKERS),
+                   help="worker thread counts, e.g. 4 or 1,2,4,8 (default)")
+    p.add_argument("--batch", type=_int_list, default=list(bench.DEFAULT_BATCHES),
+                   help="claim batch sizes (default 1,20)")
+    p.add_argument("--sizes", type=_sizes, default=list(bench.DEFAULT_SIZES),
+                   help="claim-latency sizes: READY[/TOTAL],... ready jobs per queue "
+                        "(default 1000,10000,100000,100000/1000000)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 

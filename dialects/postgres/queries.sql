@@ -30,6 +30,32 @@ SELECT pg_notify(:channel, '');
 -- name: job_id_by_key
 SELECT job_id FROM portq_job WHERE job_key = :key;
 
+-- name: insert_jobs_bulk
+-- Many jobs in one statement (PostgresBackend.insert_jobs). :jobs is a JSON array of
+-- {"queue", "payload" (JSON text), "priority", "run_at", "delay_ms", "max_attempts",
+-- "job_key"};
+-- ids are drawn in array order, so they ascend as the jobs were given, and each row
+-- says whether it was inserted or its key already existed.
+WITH src AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('portq_job', 'job_id')) AS job_id, t.*
+    FROM jsonb_to_recordset(CAST(:jobs AS jsonb))
+         AS t(queue text, payload text, priority integer, run_at timestamptz,
+              delay_ms bigint, max_attempts integer, job_key text)
+), ins AS (
+    INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT job_id, queue, CAST(payload AS jsonb), priority,
+           COALESCE(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts,
+           job_key
+    FROM src
+    ORDER BY job_id
+    ON CONFLICT (job_key) DO NOTHING
+    RETURNING job_id
+)
+SELECT src.job_id, src.job_key, ins.job_id IS NOT NULL
+FROM src LEFT JOIN ins ON ins.job_id = src.job_id
+ORDER BY src.job_id;
+
 -- name: claim
 UPDATE portq_job AS j
 SET state = 'running',

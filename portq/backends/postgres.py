@@ -4,6 +4,7 @@ LOCKED) RETURNING statement; idempotent enqueue is INSERT ... ON CONFLICT DO NOT
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -12,7 +13,9 @@ import psycopg
 from psycopg import sql as pgsql
 
 from portq.backends.base import ErrorKind, SqlBackend
+from portq.errors import DatabaseError
 from portq.pool import close_quietly
+from portq.protocol import NewJob
 
 _RETRYABLE = {"40P01", "40001", "55P03"}   # deadlock, serialization failure, lock not available
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
@@ -73,6 +76,20 @@ class PostgresBackend(SqlBackend):
 
     def listener(self, queues: Sequence[str]) -> PostgresListener:
         return PostgresListener(self, [self.channel(q) for q in queues])
+
+
+def _jobs_json(jobs: Sequence[NewJob]) -> str:
+    """The jobs as the JSON array insert_jobs_bulk reads (each payload as JSON text, so
+    that a JSON null payload stays a jsonb 'null', not SQL NULL)."""
+    parts = []
+    for job in jobs:
+        run_at = None if job.run_at is None else job.run_at.isoformat()
+        parts.append(
+            f'{{"queue":{json.dumps(job.queue)},"payload":{json.dumps(job.payload_json)},'
+            f'"priority":{job.priority:d},"run_at":{json.dumps(run_at)},'
+            f'"delay_ms":{job.delay_ms:d},"max_attempts":{job.max_attempts:d},'
+            f'"job_key":{json.dumps(job.key)}}}')
+    return "[" + ",".join(parts) + "]"
 
 
 class PostgresListener:
