@@ -100,7 +100,7 @@ def restartable(engine: str, url: str) -> Iterator[Callable[[], float]]:
             wait_until(lambda: _accepts_connections(url), timeout=120, interval=0.2)
 
 
-# ---- database restart mid-run ----------------------------------------------------------------
+# ---- database restart mid-run ---------------------------------------------------------------
 
 @pytest.mark.fault
 def test_restart_mid_run_loses_nothing(target: Any, engine_url: str, queue: portq.Queue,
@@ -164,13 +164,14 @@ def test_restart_mid_run_loses_nothing(target: Any, engine_url: str, queue: port
                           and r.created > outage["back_at_wall"])
     rerun = sum(1 for n in Counter(j for j, _ in per_generation).values() if n > 1)
     print(f"\n[{target.engine}] restart after {outage['before']:.0f} jobs took "
-          f"{outage['restart_s']:.2f}s; first claim {claims_after[0] - outage['back_at_wall']:.2f}s "
+          f"{outage['restart_s']:.2f}s; first claim "
+          f"{claims_after[0] - outage['back_at_wall']:.2f}s "
           f"after the server was back; {len(errors)} worker.db_error lines; {rerun} jobs "
           f"ran in a second generation; lost={sum(w.counters.lost for w in workers)} "
           f"reaped={sum(w.counters.reaped for w in workers)}")
 
 
-# ---- the pool replaces dead connections --------------------------------------------------------
+# ---- the pool replaces dead connections -----------------------------------------------------
 
 def _session_ids(q: portq.Queue, n: int) -> list[int]:
     """Fill the pool with ``n`` idle connections; return their server-side ids."""
@@ -237,7 +238,7 @@ def _live_sessions(q: portq.Queue, ids: list[int]) -> list[int]:
         conn.close()
 
 
-# ---- lock contention ------------------------------------------------------------------------------
+# ---- lock contention ------------------------------------------------------------------------
 
 HOLD_WRITE_LOCK = textwrap.dedent("""
     import sqlite3, sys
@@ -314,7 +315,7 @@ def test_rows_locked_outside_are_skipped_not_waited_for(
     assert all(queue.complete(j) for j in first + second)
 
 
-# ---- the worker's clock is not the lease clock ---------------------------------------------------
+# ---- the worker's clock is not the lease clock ----------------------------------------------
 
 SKEWED_WORKER = textwrap.dedent("""
     import datetime as dt, json, sys, time
