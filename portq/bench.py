@@ -356,7 +356,7 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     done = worker.counters.succeeded
     queue.prune(0, limit=jobs + 1, queue=name)
     return {"engine": queue.backend.engine, "workers": workers, "batch": batch, "jobs": jobs,
-            "succeeded": done, "seconds": round(elapsed, 3),
+            "succeeded": done, "seconds": round(elapsed, 4),
             "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else None}
 
 

@@ -1,0 +1,53 @@
+"""`portq bench` on SQLite with tiny sizes: the JSON report has every field, with sane
+numbers. Measures nothing about speed (no timing thresholds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from portq import bench
+from portq.cli import main
+
+
+def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    code = main(["bench", url, "--json", "--no-progress", "--jobs", "60", "--workers", "1,3",
+                 "--batch", "1,20", "--sizes", "50,200/1000"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["engine"] == "sqlite" and report["version"].startswith("SQLite")
+    assert report["machine"]["nproc"] >= 1 and report["date"]
+
+    enqueue = {r["mode"].split()[0]: r for r in report["enqueue"]}
+    assert set(enqueue) == {"single", "bulk"}
+    assert all(r["jobs"] == 60 and r["jobs_per_s"] > 0 for r in enqueue.values())
+
+    runs = report["throughput"]
+    assert sorted((r["workers"], r["batch"]) for r in runs) == [(1, 1), (1, 20), (3, 1), (3, 20)]
+    for r in runs:
+        assert r["succeeded"] == r["jobs"] == 60
+        assert r["seconds"] > 0 and r["jobs_per_s"] == pytest.approx(60 / r["seconds"], rel=0.1)
+
+    sizes = [(r["ready"], r["total"]) for r in report["claim_latency"]]
+    assert sizes == [(50, 150), (200, 1000)]
+    for r in report["claim_latency"]:
+        assert r["claimed"] == bench.CLAIM_LIMIT and r["claim_ms"] > 0
+        assert r["ordered_walk"] is True and r["nodes"]
+
+    # the portqb_ tables are gone afterwards
+    import sqlite3
+    with sqlite3.connect(tmp_path / "bench.db") as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert not [t for t in tables if t.startswith(bench.BENCH_PREFIX)]
+
+
+def test_bench_rejects_bad_sizes_and_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "sqlite:///x.db", "--sizes", "100/200"])
+    assert "TOTAL >= 3 x READY" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "sqlite:///x.db", "--scenario", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
