@@ -1,0 +1,171 @@
+-- Named statements for Oracle Database 19c+ (python-oracledb, :name binds). Oracle rejects
+-- a trailing ';' on a SQL statement sent by a driver, so none of these has one.
+--
+-- "now" is SYS_EXTRACT_UTC(SYSTIMESTAMP); durations arrive in milliseconds:
+--   SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:ms / 1000, 'SECOND')
+--
+-- FOR UPDATE cannot be combined with FETCH FIRST or a ROWNUM-limited view (ORA-02014),
+-- and a ROWNUM filter would be applied before SKIP LOCKED skips anything. So the *_lock
+-- queries have no row limit: OracleBackend opens them with prefetchrows = arraysize = n,
+-- fetches n rows (SKIP LOCKED locks a row as it is fetched) and closes the cursor, then
+-- runs the matching update/delete on those ids in the same transaction.
+-- Their WHERE and ORDER BY repeat the CASE expressions of the function-based indexes
+-- (schema.sql), so that the locking read walks an index in order.
+
+-- name: create_version_table
+CREATE TABLE portq_schema_version (
+    version    NUMBER(10)   CONSTRAINT portq_schema_version_pk PRIMARY KEY,
+    applied_at TIMESTAMP(6) NOT NULL
+)
+
+-- name: schema_version
+SELECT MAX(version) FROM portq_schema_version
+
+-- name: record_version
+INSERT INTO portq_schema_version (version, applied_at)
+VALUES (:version, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- A taken key raises ORA-00001, which rolls back only this statement: OracleBackend
+-- catches it and looks the key up, and the caller's transaction goes on.
+-- name: insert_job
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+VALUES (:queue, :payload, :priority,
+        COALESCE(CAST(:run_at AS TIMESTAMP(6)),
+                 SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')),
+        :max_attempts, :key)
+RETURNING job_id INTO :job_id
+
+-- name: job_id_by_key
+SELECT job_id FROM portq_job WHERE job_key = :key
+
+-- name: claim_lock
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue
+  AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+  AND state = 'ready' AND attempts < max_attempts
+ORDER BY CASE WHEN state = 'ready' THEN priority END DESC,
+         CASE WHEN state = 'ready' THEN run_at END,
+         CASE WHEN state = 'ready' THEN job_id END
+FOR UPDATE SKIP LOCKED
+
+-- name: claim
+UPDATE portq_job
+SET state = 'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND')
+WHERE job_id IN (:ids) AND state = 'ready'
+
+-- name: claimed
+SELECT job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until
+FROM portq_job
+WHERE job_id IN (:ids) AND state = 'running' AND worker_id = :worker_id
+ORDER BY priority DESC, run_at, job_id
+
+-- name: renew
+UPDATE portq_job
+SET lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND')
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: complete
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: fail
+UPDATE portq_job
+SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN run_at
+                  ELSE SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:retry_ms / 1000, 'SECOND')
+             END,
+    finished_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts
+                       THEN SYS_EXTRACT_UTC(SYSTIMESTAMP) END,
+    worker_id = NULL, lease_until = NULL, last_error = :error
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- '' is NULL in Oracle: an empty error text is stored as '(no message)'.
+-- name: record_error
+INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
+VALUES (:job_id, :generation, :worker_id, COALESCE(:error, '(no message)'),
+        SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: job_errors
+SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt
+
+-- name: release
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: reap_lock
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state = 'running' THEN lease_until END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+ORDER BY CASE WHEN state = 'running' THEN lease_until END
+FOR UPDATE SKIP LOCKED
+
+-- SET expressions see the row as it was before the UPDATE, so last_error names the
+-- worker that lost the lease.
+-- name: reap
+UPDATE portq_job
+SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
+    run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                  ELSE SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')
+             END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN SYS_EXTRACT_UTC(SYSTIMESTAMP) END,
+    last_error = 'lease expired (worker ' || worker_id || ', attempt ' || attempts || ')',
+    worker_id = NULL, lease_until = NULL
+WHERE job_id IN (:ids) AND state = 'running' AND lease_until <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: prune_lock
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
+          < SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:older_than_ms / 1000, 'SECOND')
+  AND state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
+FOR UPDATE SKIP LOCKED
+
+-- name: prune
+DELETE FROM portq_job WHERE job_id IN (:ids)
+
+-- name: retry_dead
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id = :job_id AND state IN ('dead', 'cancelled')
+
+-- name: cancel
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id = :job_id AND state IN ('ready', 'running')
+
+-- name: stats
+SELECT queue,
+       SUM(CASE WHEN state = 'ready' AND run_at <= n.db_now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'ready' AND run_at > n.db_now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'running' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'succeeded' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
+       MIN(CASE WHEN state = 'ready' AND run_at <= n.db_now THEN run_at END),
+       MAX(n.db_now),
+       SUM(CASE WHEN attempts > 1 OR (state = 'ready' AND attempts > 0) THEN 1 ELSE 0 END),
+       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+FROM portq_job
+CROSS JOIN (SELECT SYS_EXTRACT_UTC(SYSTIMESTAMP) AS db_now FROM dual) n
+WHERE :queue = '*' OR queue = :queue
+GROUP BY queue
+
+-- name: jobs
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE state = :state AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+FETCH FIRST :limit ROWS ONLY

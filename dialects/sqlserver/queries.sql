@@ -1,0 +1,203 @@
+-- Named statements for SQL Server (pyodbc, qmark: every :name becomes one ?).
+--
+-- Durations arrive in milliseconds and are added to the database clock. DATEADD takes an
+-- int, and 2^31 ms is under 25 days, so every duration is split into whole days and the
+-- remaining milliseconds:
+--   DATEADD(MILLISECOND, CAST(:ms % 86400000 AS INT),
+--           DATEADD(DAY, CAST(:ms / 86400000 AS INT), SYSUTCDATETIME()))
+--
+-- Claims, reaps and prunes read with WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK):
+-- UPDLOCK holds an update lock on each row read until the transaction ends, READPAST skips
+-- rows other transactions hold locked, ROWLOCK keeps the locks at row level (READPAST skips
+-- row locks, not page locks), and READCOMMITTEDLOCK makes the read a locking read even when
+-- the database has READ_COMMITTED_SNAPSHOT ON, where READPAST is otherwise refused.
+-- Literals compared with state are N'...' so that they match the filtered indexes.
+
+-- name: session_setup
+SET ANSI_NULLS ON;
+SET ANSI_PADDING ON;
+SET ANSI_WARNINGS ON;
+SET ARITHABORT ON;
+SET CONCAT_NULL_YIELDS_NULL ON;
+SET QUOTED_IDENTIFIER ON;
+SET NUMERIC_ROUNDABORT OFF;
+SET XACT_ABORT ON;
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+
+-- name: create_version_table
+IF OBJECT_ID(N'portq_schema_version', N'U') IS NULL
+    CREATE TABLE portq_schema_version (
+        version    INT          NOT NULL CONSTRAINT portq_schema_version_pk PRIMARY KEY,
+        applied_at DATETIME2(6) NOT NULL
+    );
+
+-- The connection runs in ODBC manual-commit mode (IMPLICIT_TRANSACTIONS ON): EXEC does not
+-- open the transaction, a SELECT from a table does. sp_getapplock owned by the transaction
+-- is released by its commit or rollback.
+-- name: migration_lock
+DECLARE @portq_lock INT;
+IF @@TRANCOUNT = 0
+BEGIN
+    SELECT @portq_lock = COUNT(*) FROM sys.objects WHERE object_id = 0;
+END;
+EXEC @portq_lock = sp_getapplock @Resource = N'portq_schema_version', @LockMode = 'Exclusive',
+    @LockOwner = 'Transaction', @LockTimeout = 60000;
+IF @portq_lock < 0
+BEGIN
+    RAISERROR(N'portq: could not take the migration lock (sp_getapplock returned %d)', 16, 1,
+              @portq_lock);
+END;
+
+-- name: schema_version
+SELECT MAX(version) FROM portq_schema_version;
+
+-- name: record_version
+INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, SYSUTCDATETIME());
+
+-- Inside the caller's transaction: UPDLOCK + HOLDLOCK keep the key range locked until the
+-- transaction ends, so a concurrent insert of the same key waits and then finds this row
+-- instead of failing on the unique index.
+-- name: insert_job
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+OUTPUT inserted.job_id
+SELECT :queue, :payload, :priority,
+       COALESCE(CAST(:run_at AS DATETIME2(6)),
+                DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
+                        DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))),
+       :max_attempts, :key
+WHERE NOT EXISTS (
+    SELECT 1 FROM portq_job WITH (UPDLOCK, HOLDLOCK)
+    WHERE :key IS NOT NULL AND job_key = :key AND job_key IS NOT NULL);
+
+-- name: transaction_state
+SELECT XACT_STATE();
+
+-- name: job_id_by_key
+SELECT job_id FROM portq_job WHERE job_key = :key AND job_key IS NOT NULL;
+
+-- UPDATE TOP (n) cannot order, so the ordered TOP (n) is a CTE and the UPDATE goes
+-- through it; OUTPUT returns the claimed rows in CLAIM_COLUMNS order.
+-- name: claim
+WITH c AS (
+    SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
+           job_key, worker_id, lease_until
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
+      AND attempts < max_attempts
+    ORDER BY priority DESC, run_at, job_id
+)
+UPDATE c
+SET state = N'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
+OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
+       inserted.max_attempts, inserted.job_key, inserted.lease_until;
+
+-- name: renew
+UPDATE portq_job
+SET lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = N'running' AND lease_until > SYSUTCDATETIME();
+
+-- name: complete
+UPDATE portq_job
+SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = N'running' AND lease_until > SYSUTCDATETIME();
+
+-- name: fail
+UPDATE portq_job
+SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN N'dead' ELSE N'ready' END,
+    run_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN run_at
+                  ELSE DATEADD(MILLISECOND, CAST(:retry_ms % 86400000 AS INT),
+                               DATEADD(DAY, CAST(:retry_ms / 86400000 AS INT), SYSUTCDATETIME()))
+             END,
+    finished_at = CASE WHEN :retryable = 0 OR attempts >= max_attempts
+                       THEN SYSUTCDATETIME() END,
+    worker_id = NULL, lease_until = NULL, last_error = :error
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = N'running' AND lease_until > SYSUTCDATETIME();
+
+-- name: record_error
+INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
+VALUES (:job_id, :generation, :worker_id, :error, SYSUTCDATETIME());
+
+-- name: job_errors
+SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+
+-- name: release
+UPDATE portq_job
+SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+    run_at = SYSUTCDATETIME()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = N'running' AND lease_until > SYSUTCDATETIME();
+
+-- SET expressions see the row as it was before the UPDATE, so last_error names the
+-- worker that lost the lease.
+-- name: reap
+WITH c AS (
+    SELECT TOP (:limit) state, run_at, attempts, max_attempts, worker_id, lease_until,
+           last_error, finished_at
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state = N'running' AND lease_until <= SYSUTCDATETIME()
+    ORDER BY lease_until
+)
+UPDATE c
+SET state = CASE WHEN attempts >= max_attempts THEN N'dead' ELSE N'ready' END,
+    run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                  ELSE DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
+                               DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))
+             END,
+    finished_at = CASE WHEN attempts >= max_attempts THEN SYSUTCDATETIME() END,
+    last_error = CONCAT(N'lease expired (worker ', worker_id, N', attempt ', attempts, N')'),
+    worker_id = NULL, lease_until = NULL;
+
+-- name: prune
+WITH c AS (
+    SELECT TOP (:limit) job_id
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+      AND finished_at < DATEADD(MILLISECOND, -CAST(:older_than_ms % 86400000 AS INT),
+                                DATEADD(DAY, -CAST(:older_than_ms / 86400000 AS INT),
+                                        SYSUTCDATETIME()))
+    ORDER BY finished_at
+)
+DELETE FROM c;
+
+-- name: retry_dead
+UPDATE portq_job
+SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYSUTCDATETIME()
+WHERE job_id = :job_id AND state IN (N'dead', N'cancelled');
+
+-- name: cancel
+UPDATE portq_job
+SET state = N'cancelled', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
+WHERE job_id = :job_id AND state IN (N'ready', N'running');
+
+-- name: stats
+SELECT queue,
+       SUM(CASE WHEN state = N'ready' AND run_at <= n.db_now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = N'ready' AND run_at > n.db_now THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = N'running' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = N'succeeded' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = N'dead' THEN 1 ELSE 0 END),
+       SUM(CASE WHEN state = N'cancelled' THEN 1 ELSE 0 END),
+       MIN(CASE WHEN state = N'ready' AND run_at <= n.db_now THEN run_at END),
+       MAX(n.db_now),
+       SUM(CASE WHEN attempts > 1 OR (state = N'ready' AND attempts > 0) THEN 1 ELSE 0 END),
+       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+FROM portq_job
+CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
+WHERE :queue = N'*' OR queue = :queue
+GROUP BY queue;
+
+-- name: jobs
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE state = :state AND (:queue = N'*' OR queue = :queue)
+ORDER BY job_id;

@@ -1,0 +1,438 @@
+"""SQL Server and Oracle without a server: the SQL parses, the claims have the right shape,
+URLs become the right connection arguments, and driver errors map to the right kinds.
+
+No SQL Server or Oracle runs here; what these tests cannot show is listed under "Not
+verified against a live server" in docs/engines.md.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+from typing import Any
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from portq.backends import backend_for
+from portq.backends.base import ErrorKind
+from portq.errors import ConfigurationError, ConnectionLost, DriverMissingError
+from portq.sql import bind, load_migrations, load_queries
+from portq.url import parse_url
+
+oracledb = pytest.importorskip("oracledb")
+oracle_errors = pytest.importorskip("oracledb.errors")
+
+from portq.backends.oracle import OracleBackend, oracle_codes  # noqa: E402
+from portq.backends.sqlserver import (  # noqa: E402
+    SqlServerBackend,
+    native_errors,
+    odbc_value,
+    sqlstate,
+)
+
+SECRET = "s3cr;e}t{pw"
+MSSQL_URL = "mssql://sa:s3cr%3Be%7Dt%7Bpw@db.example:1433/portq?TrustServerCertificate=yes"
+ORACLE_URL = "oracle://app:s3cr%3Be%7Dt%7Bpw@db.example:1521/FREEPDB1"
+ENGINES = {"sqlserver": ("tsql", "qmark"), "oracle": ("oracle", "named")}
+# one sample value per parameter name any statement uses; lists expand like the backends'
+SAMPLE: dict[str, Any] = {
+    "queue": "q", "payload": "{}", "priority": 0, "run_at": None, "delay_ms": 0,
+    "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
+    "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
+    "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
+    "extra": 1, "state": "ready",
+}
+# the named statements SqlBackend (portq/backends/base.py) runs
+BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
+                "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
+                "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
+                "jobs"}
+CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
+                 "job_key", "lease_until"]
+
+
+def _statements(engine: str, prefix: str) -> list[tuple[str, str]]:
+    """Every statement of the engine's files as the backend sends it: (label, sql)."""
+    style = ENGINES[engine][1]
+    out = [(f"query {name}", bind(sql, SAMPLE, style).sql)
+           for name, sql in load_queries(engine, prefix).items()]
+    for version, statements in load_migrations(engine, prefix):
+        out += [(f"migration {version}.{i}", s) for i, s in enumerate(statements)]
+    return out
+
+
+def _parse(engine: str, sql: str) -> list[exp.Expression]:
+    return [e for e in sqlglot.parse(sql, read=ENGINES[engine][0]) if e is not None]
+
+
+def _one(engine: str, name: str) -> exp.Expression:
+    style = ENGINES[engine][1]
+    (tree,) = _parse(engine, bind(load_queries(engine)[name], SAMPLE, style).sql)
+    return tree
+
+
+# ---- every statement parses --------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix", ["portq_", "acme_q_"])
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_every_statement_parses(engine: str, prefix: str) -> None:
+    statements = _statements(engine, prefix)
+    assert len(statements) > 20
+    for label, sql in statements:
+        try:
+            trees = _parse(engine, sql)
+        except sqlglot.errors.ParseError as exc:  # pragma: no cover - the failure message
+            pytest.fail(f"{engine} {label} does not parse: {exc}\n{sql}")
+        assert trees, f"{engine} {label} is empty"
+        assert not any(isinstance(t, exp.Command) for t in trees), f"{engine} {label}: {sql}"
+        if prefix != "portq_":
+            assert "portq_" not in sql, f"{engine} {label} kept the default prefix"
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_same_protocol_as_postgres(engine: str) -> None:
+    """Every statement the base class runs exists, with only the parameters it is given."""
+    postgres, mine = load_queries("postgres"), load_queries(engine)
+    params = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+    assert set(mine) >= BASE_QUERIES
+    # an engine's extra statements get the parameters of the operation they belong to
+    operation = {name: name for name in BASE_QUERIES} | {
+        "claim_lock": "claim", "claimed": "claim", "reap_lock": "reap", "prune_lock": "prune"}
+    for name, sql in mine.items():
+        if name not in operation:
+            continue
+        allowed = set(params.findall(postgres[operation[name]])) | {"ids"}
+        if name == "insert_job" and engine == "oracle":
+            allowed.add("job_id")       # RETURNING job_id INTO :job_id
+        used = set(params.findall(re.sub(r"'[^']*'", "", sql)))
+        assert used <= allowed, f"{engine} {name} uses {used - allowed}"
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_check_constraints_match_postgres(engine: str) -> None:
+    names = re.compile(r"CONSTRAINT (portq_job_\w+_ck)")
+    schema = "\n".join(s for _, st in load_migrations(engine) for s in st)
+    pg = "\n".join(s for _, st in load_migrations("postgres") for s in st)
+    assert set(names.findall(pg)) <= set(names.findall(schema))
+    assert "IS JSON" in schema or "ISJSON(payload) = 1" in schema
+
+
+def test_oracle_statements_have_no_trailing_semicolon() -> None:
+    for label, sql in _statements("oracle", "portq_"):
+        assert not sql.rstrip().endswith(";"), label
+
+
+# ---- claim shapes ------------------------------------------------------------------------
+
+def _hints(select: exp.Select) -> set[str]:
+    table = select.args["from_"].this
+    return {h.sql(dialect="tsql").upper() for hint in table.args.get("hints") or []
+            for h in hint.expressions}
+
+
+@pytest.mark.parametrize("name", ["claim", "reap", "prune"])
+def test_sqlserver_locking_reads_skip_locked_rows(name: str) -> None:
+    tree = _one("sqlserver", name)
+    assert isinstance(tree, exp.Update if name != "prune" else exp.Delete)
+    cte = tree.find(exp.CTE)
+    assert cte is not None
+    select = cte.this
+    assert isinstance(select, exp.Select)
+    assert _hints(select) == {"UPDLOCK", "READPAST", "ROWLOCK", "READCOMMITTEDLOCK"}
+    assert select.args.get("limit") is not None, "TOP (n) missing"
+    assert select.args.get("order") is not None
+
+
+def test_sqlserver_claim_orders_and_returns_claim_columns() -> None:
+    tree = _one("sqlserver", "claim")
+    select = tree.find(exp.CTE).this
+    order = [(o.this.name, bool(o.args.get("desc"))) for o in select.args["order"].expressions]
+    assert order == [("priority", True), ("run_at", False), ("job_id", False)]
+    where = select.args["where"].sql(dialect="tsql")
+    assert "queue = ?" in where and "state = N'ready'" in where
+    assert "run_at <= SYSUTCDATETIME()" in where and "attempts < max_attempts" in where
+    returning = tree.args.get("returning")
+    assert returning is not None, "OUTPUT clause missing"
+    assert [e.name for e in returning.expressions] == CLAIM_COLUMNS
+    assert all(e.table.lower() == "inserted" for e in returning.expressions)
+
+
+def test_sqlserver_ready_index_matches_claim_order() -> None:
+    (create,) = [s for _, st in load_migrations("sqlserver") for s in st
+                 if "portq_job_ready_idx" in s]
+    assert "(queue, priority DESC, run_at, job_id)" in create
+    assert "WHERE state = N'ready'" in create
+
+
+def test_sqlserver_keyed_insert_holds_key_range() -> None:
+    tree = _one("sqlserver", "insert_job")
+    assert isinstance(tree, exp.Insert)
+    assert tree.args.get("returning") is not None, "OUTPUT inserted.job_id missing"
+    probe = tree.find(exp.Exists).this
+    assert _hints(probe) == {"UPDLOCK", "HOLDLOCK"}
+
+
+def test_sqlserver_durations_are_split_into_days_and_ms() -> None:
+    text = "\n".join(load_queries("sqlserver").values())
+    ms_terms = re.findall(r"DATEADD\(MILLISECOND, (-?)CAST\(:(\w+) % 86400000 AS INT\)", text)
+    day_terms = re.findall(r"DATEADD\(DAY, (-?)CAST\(:(\w+) / 86400000 AS INT\)", text)
+    assert ms_terms and sorted(ms_terms) == sorted(day_terms)
+    assert text.count("DATEADD(MILLISECOND") == len(ms_terms)
+    longest = 100 * 365 * 86_400_000            # portq's largest accepted duration
+    assert longest // 86_400_000 < 2**31 and 86_400_000 < 2**31
+
+
+def test_sqlserver_migration_lock_is_transaction_owned() -> None:
+    sql = load_queries("sqlserver")["migration_lock"]
+    assert re.search(r"sp_getapplock .*@LockOwner = 'Transaction'", sql, re.S)
+
+
+@pytest.mark.parametrize("name", ["claim_lock", "reap_lock", "prune_lock"])
+def test_oracle_locking_reads_have_no_row_limit(name: str) -> None:
+    sql = load_queries("oracle")[name]
+    tree = _one("oracle", name)
+    assert isinstance(tree, exp.Select)
+    (lock,) = tree.args["locks"]
+    assert lock.args.get("update") and lock.args.get("wait") is False   # SKIP LOCKED
+    assert re.search(r"FOR UPDATE SKIP LOCKED$", sql)
+    assert "ROWNUM" not in sql.upper() and "FETCH " not in sql.upper()
+    assert tree.args.get("limit") is None and tree.args.get("fetch") is None
+    assert not list(tree.find_all(exp.Subquery)), "no inline view under FOR UPDATE"
+    assert [e.name for e in tree.expressions] == ["job_id"]
+
+
+def _index_expressions(index: str) -> list[str]:
+    (create,) = [s for _, st in load_migrations("oracle") for s in st if index in s]
+    tree = sqlglot.parse_one(create, read="oracle")
+    cols = tree.this.args["expressions"] if tree.this.args.get("expressions") else \
+        tree.find(exp.IndexParameters).args["columns"]
+    return [c.sql(dialect="oracle") for c in cols]
+
+
+@pytest.mark.parametrize(("query", "index"), [("claim_lock", "portq_job_ready_idx"),
+                                              ("reap_lock", "portq_job_lease_idx"),
+                                              ("prune_lock", "portq_job_finished_idx")])
+def test_oracle_locking_reads_use_the_function_based_index(query: str, index: str) -> None:
+    """WHERE and ORDER BY repeat the indexed CASE expressions, or the index is unusable."""
+    indexed = _index_expressions(index)
+    tree = _one("oracle", query)
+    order = [o.sql(dialect="oracle") for o in tree.args["order"].expressions]
+    where = tree.args["where"].sql(dialect="oracle")
+    leading = re.sub(r" DESC$", "", indexed[0])
+    assert leading in where
+    keys = [re.sub(r" DESC$", "", c) for c in indexed]
+    assert [re.sub(r" DESC$", "", o) for o in order] == keys[len(keys) - len(order):]
+    assert [o.endswith(" DESC") for o in order] == \
+        [c.endswith(" DESC") for c in indexed[len(indexed) - len(order):]]
+
+
+def test_oracle_claim_updates_and_reads_back_claim_columns() -> None:
+    update, back = _one("oracle", "claim"), _one("oracle", "claimed")
+    assert isinstance(update, exp.Update) and "state = 'ready'" in update.sql(dialect="oracle")
+    assert [e.name for e in back.expressions] == CLAIM_COLUMNS
+    assert "RETURNING job_id INTO :job_id" in load_queries("oracle")["insert_job"]
+
+
+# ---- URLs and connection arguments -------------------------------------------------------
+
+def test_sqlserver_connection_string() -> None:
+    backend = backend_for(parse_url(MSSQL_URL))
+    assert isinstance(backend, SqlServerBackend)
+    assert backend.connection_string() == (
+        "DRIVER={ODBC Driver 18 for SQL Server};SERVER=db.example,1433;DATABASE=portq;"
+        "UID=sa;PWD={s3cr;e}}t{pw};TrustServerCertificate=yes;")
+    shown = [str(backend), repr(backend), str(backend.url), repr(backend.url),
+             backend.redacted_connection_string()]
+    assert all(SECRET not in s and "s3cr" not in s for s in shown), shown
+    assert "PWD=***" in backend.redacted_connection_string()
+
+
+def test_sqlserver_url_options() -> None:
+    url = parse_url("mssql+pyodbc://u:p@h/db?driver=FreeTDS&encrypt=no&login_timeout=3"
+                    "&ApplicationIntent=ReadOnly")
+    backend = SqlServerBackend(url)
+    assert backend.driver == "FreeTDS" and backend.login_timeout_s == 3
+    cs = backend.connection_string()
+    assert cs.startswith("DRIVER=FreeTDS;SERVER=h;DATABASE=db;UID=u;PWD=p;")
+    assert "Encrypt=no;" in cs and "ApplicationIntent=ReadOnly;" in cs
+    assert SqlServerBackend(parse_url("sqlserver://h")).connection_string() == \
+        "DRIVER={ODBC Driver 18 for SQL Server};SERVER=h;"
+
+
+@pytest.mark.parametrize("query", ["pwd=x", "Bad%3BKey=1", "login_timeout=soon", "driver="])
+def test_sqlserver_bad_url_options_never_show_the_password(query: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        SqlServerBackend(parse_url(f"mssql://sa:{SECRET.replace(';', '%3B')}@h/db?{query}"))
+    assert "s3cr" not in str(info.value)
+
+
+def test_odbc_value_escaping() -> None:
+    assert odbc_value("plain") == "plain"
+    assert odbc_value("a;b") == "{a;b}"
+    assert odbc_value("a}b") == "{a}}b}"
+    assert odbc_value("{x}") == "{{x}}}"
+    assert odbc_value(" padded ") == "{ padded }"
+    assert odbc_value("") == "{}"
+    with pytest.raises(ConfigurationError):
+        odbc_value("nul\0byte")
+
+
+def test_oracle_connect_params() -> None:
+    backend = backend_for(parse_url(ORACLE_URL))
+    assert isinstance(backend, OracleBackend)
+    assert backend.connect_params == {"host": "db.example", "port": 1521,
+                                      "service_name": "FREEPDB1"}
+    assert all("s3cr" not in s for s in (str(backend), repr(backend), repr(backend.url)))
+    other = OracleBackend(parse_url(
+        "oracle+oracledb://app:pw@h?service_name=ORCLPDB1&tcp_connect_timeout=2.5"
+        "&ssl_server_dn_match=false"))
+    assert other.connect_params == {"host": "h", "port": 1521, "service_name": "ORCLPDB1",
+                                    "tcp_connect_timeout": 2.5, "ssl_server_dn_match": False}
+    assert OracleBackend(parse_url("oracle://app:pw@h:1522/X?sid=ORCL")).connect_params == \
+        {"host": "h", "port": 1522, "sid": "ORCL"}
+
+
+@pytest.mark.parametrize("url", ["oracle://app:s3cret@h:1521", "oracle://app:s3cret@h/S?bogus=1",
+                                 "oracle://app:s3cret@h/S?expire_time=soon"])
+def test_oracle_bad_urls_never_show_the_password(url: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        OracleBackend(parse_url(url))
+    assert "s3cret" not in str(info.value)
+
+
+def test_oracle_unreachable_server_is_connection_lost_without_password() -> None:
+    """A real connection attempt to a closed local port: python-oracledb's DPY-6005."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = OracleBackend(parse_url(
+        f"oracle://app:{SECRET.replace(';', '%3B')}@127.0.0.1:{port}/FREEPDB1"
+        "?tcp_connect_timeout=2"), pool_timeout=5)
+    with pytest.raises(ConnectionLost) as info:
+        backend.stats()
+    assert "s3cr" not in str(info.value) and "DPY-6005" in str(info.value)
+    backend.close()
+
+
+# ---- missing drivers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "driver", "extra"), [
+    (MSSQL_URL, "pyodbc", "sqlserver"), (ORACLE_URL, "oracledb", "oracle")])
+def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch, url: str, driver: str,
+                                        extra: str) -> None:
+    monkeypatch.setitem(sys.modules, driver, None)   # makes `import driver` fail
+    with pytest.raises(DriverMissingError) as info:
+        backend_for(parse_url(url))
+    assert f"pip install 'portq[{extra}]'" in str(info.value)
+    assert "s3cr" not in str(info.value)
+
+
+def test_missing_odbc_driver_lists_installed_drivers() -> None:
+    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)")
+    backend = SqlServerBackend(parse_url(
+        "mssql://sa:s3cret@127.0.0.1/db?driver=No Such ODBC Driver 99"))
+    with pytest.raises(DriverMissingError) as info:
+        backend.connect()
+    assert "No Such ODBC Driver 99" in str(info.value) and "FreeTDS" in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+# ---- error classification on real driver exceptions --------------------------------------
+
+def test_native_error_extraction() -> None:
+    msg = ("[23000] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]Violation of "
+           "UNIQUE KEY constraint 'portq_job_key_uq'. The duplicate key value is (12345). "
+           "(2627) (SQLExecDirectW); [23000] [Microsoft][ODBC Driver 18 for SQL Server]"
+           "[SQL Server]The statement has been terminated. (3621)")
+    exc = Exception("23000", msg)
+    assert native_errors(exc) == [2627]
+    assert sqlstate(exc) == "23000"
+    assert sqlstate(Exception("no state here")) == ""
+
+
+def _odbc(cls: str, state: str, text: str, code: int) -> BaseException:
+    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)")
+    error: BaseException = getattr(pyodbc, cls)(
+        state, f"[{state}] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]{text} "
+               f"({code}) (SQLExecDirectW)")
+    return error
+
+
+@pytest.mark.parametrize(("cls", "state", "text", "code", "kind"), [
+    ("IntegrityError", "23000", "Violation of UNIQUE KEY constraint 'k'.", 2627,
+     ErrorKind.UNIQUE),
+    ("IntegrityError", "23000", "Cannot insert duplicate key row with unique index 'k'.", 2601,
+     ErrorKind.UNIQUE),
+    ("IntegrityError", "23000", "The INSERT statement conflicted with the CHECK constraint.",
+     547, ErrorKind.CHECK),
+    ("IntegrityError", "23000", "Cannot insert the value NULL into column 'queue'.", 515,
+     ErrorKind.CHECK),
+    ("Error", "40001", "Transaction (Process ID 52) was deadlocked on lock resources.", 1205,
+     ErrorKind.RETRYABLE),
+    ("Error", "HY000", "Lock request time out period exceeded.", 1222, ErrorKind.RETRYABLE),
+    ("OperationalError", "08S01", "TCP Provider: Error code 0x2746", 10054,
+     ErrorKind.CONNECTION),
+    ("OperationalError", "08001", "Login timeout expired", 0, ErrorKind.CONNECTION),
+    ("ProgrammingError", "42S02", "Invalid object name 'portq_job'.", 208, ErrorKind.OTHER),
+])
+def test_sqlserver_classify(cls: str, state: str, text: str, code: int,
+                            kind: ErrorKind) -> None:
+    backend = SqlServerBackend(parse_url("mssql://sa:pw@h/db"))
+    assert backend.classify(_odbc(cls, state, text, code)) is kind
+    assert backend.classify(ValueError("(2627) (SQLExecDirectW)")) is ErrorKind.OTHER
+
+
+def _ora(message: str, code: int = 0) -> BaseException:
+    err = oracle_errors._Error(message, code=code)
+    exc: BaseException = err.exc_type(err)
+    return exc
+
+
+@pytest.mark.parametrize(("message", "code", "kind"), [
+    ("ORA-00001: unique constraint (APP.PORTQ_JOB_KEY_UQ) violated", 1, ErrorKind.UNIQUE),
+    ("ORA-02290: check constraint (APP.PORTQ_JOB_RUNNING_CK) violated", 2290, ErrorKind.CHECK),
+    ('ORA-01400: cannot insert NULL into ("APP"."PORTQ_JOB"."QUEUE")', 1400, ErrorKind.CHECK),
+    ("ORA-00060: deadlock detected while waiting for resource", 60, ErrorKind.RETRYABLE),
+    ("ORA-00054: resource busy and acquire with NOWAIT specified", 54, ErrorKind.RETRYABLE),
+    ("ORA-08177: can't serialize access for this transaction", 8177, ErrorKind.RETRYABLE),
+    ("ORA-30006: resource busy; acquire with WAIT timeout expired", 30006,
+     ErrorKind.RETRYABLE),
+    ("ORA-03113: end-of-file on communication channel", 3113, ErrorKind.CONNECTION),
+    ("ORA-03135: connection lost contact", 3135, ErrorKind.CONNECTION),
+    ("ORA-12541: TNS:no listener", 12541, ErrorKind.CONNECTION),
+    ("ORA-00942: table or view does not exist", 942, ErrorKind.OTHER),
+])
+def test_oracle_classify(message: str, code: int, kind: ErrorKind) -> None:
+    backend = OracleBackend(parse_url(ORACLE_URL))
+    exc = _ora(message, code)
+    assert isinstance(exc, oracledb.Error)
+    assert backend.classify(exc) is kind
+    assert oracle_codes(exc)[0] == code
+
+
+def test_oracle_classify_driver_errors() -> None:
+    backend = OracleBackend(parse_url(ORACLE_URL))
+    not_connected = oracle_errors._create_err(oracle_errors.ERR_NOT_CONNECTED)
+    assert backend.classify(not_connected.exc_type(not_connected)) is ErrorKind.CONNECTION
+    closed = _ora("ORA-03114: not connected to ORACLE", 3114)
+    assert oracle_codes(closed) == (3114, "DPY-4011")
+    assert oracle_codes(_ora("ORA-00001: unique constraint (X) violated")) == (1, "")
+    assert backend.classify(KeyError("ORA-00001")) is ErrorKind.OTHER
+
+
+# ---- throwaway servers -------------------------------------------------------------------
+
+def test_container_url_without_docker_returns_none_at_once() -> None:
+    import time
+
+    from portq.conformance.containers import container_url, docker_available
+
+    assert container_url("no-such-engine") is None
+    if docker_available():
+        pytest.skip("Docker is reachable here: starting containers is the conformance run's job")
+    began = time.monotonic()
+    assert container_url("sqlserver") is None and container_url("oracle") is None
+    assert time.monotonic() - began < 5
