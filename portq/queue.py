@@ -129,6 +129,13 @@ class Queue:
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's); each mapping holds
         ``queue``, ``payload`` and optionally the keyword arguments of :meth:`enqueue`."""
+        built = self.new_jobs(jobs)
+        if not built:
+            return []
+        return self.backend.enqueue(built, conn=self._dbapi(conn))
+
+    def new_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
+        """Validate the job mappings of :meth:`enqueue_many`; raise before any is written."""
         built = []
         for i, spec in enumerate(jobs):
             if not isinstance(spec, Mapping) or "queue" not in spec:
@@ -138,9 +145,7 @@ class Queue:
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
             built.append(self.new_job(**spec))
-        if not built:
-            return []
-        return self.backend.enqueue(built, conn=self._dbapi(conn))
+        return built
 
     def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,

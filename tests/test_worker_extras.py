@@ -8,12 +8,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
-
-import pytest
 
 import portq
 from portq.conformance.helpers import wait_until

@@ -324,10 +324,14 @@ class SqlBackend(Backend):
     def release(self, claim: Claim) -> bool:
         return self._guarded("release", self.guard(claim))
 
+    def fail_params(self, claim: Claim, error: str, retry_in_ms: int | None) -> dict[str, Any]:
+        """Parameters of the ``fail`` statement (also used by :mod:`portq.aio`)."""
+        return {**self.guard(claim), "error": error[:4000],
+                "retryable": 0 if retry_in_ms is None else 1,
+                "retry_ms": max(0, retry_in_ms or 0)}
+
     def fail(self, claim: Claim, error: str, retry_in_ms: int | None) -> bool:
-        params = {**self.guard(claim), "error": error[:4000],
-                  "retryable": 0 if retry_in_ms is None else 1,
-                  "retry_ms": max(0, retry_in_ms or 0)}
+        params = self.fail_params(claim, error, retry_in_ms)
 
         def go(cur: Any) -> bool:
             if self.execute(cur, "fail", params).rowcount != 1:

@@ -1,0 +1,470 @@
+"""asyncio API: :func:`connect` → :class:`AsyncQueue`, and :class:`AsyncWorker`.
+
+On PostgreSQL the hot path (enqueue, claim, renew, complete, fail, release) runs natively
+on psycopg's ``AsyncConnection`` (a ``psycopg_pool.AsyncConnectionPool`` for portq's own
+transactions), using the same named statements as the sync backend
+(``dialects/postgres/queries.sql`` bound by :func:`portq.sql.bind`). ``enqueue(...,
+conn=async_conn)`` writes in the caller's open transaction and never commits it. Every
+other engine (SQLite) and the operator calls (migrate, stats, reap, prune, ...) run the
+sync :class:`portq.Queue` in a thread (``asyncio.to_thread``).
+
+Validation is the sync Queue's (:meth:`portq.Queue.new_job`, ``validate_queue``,
+``duration_ms``), so both APIs accept and refuse exactly the same input::
+
+    q = await portq.aio.connect("postgresql://app@db/shop")
+    async with await psycopg.AsyncConnection.connect(...) as conn:
+        await conn.execute("INSERT INTO orders ...")
+        await q.enqueue("invoices", {"order": 42}, conn=conn)
+        await conn.commit()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from portq.backends.base import ErrorKind, SqlBackend
+from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.protocol import NewJob
+from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_queue
+from portq.queue import connect as connect_sync
+from portq.retry import Backoff
+from portq.sql import bind
+from portq.worker import RetryAfter, WorkerCounters, new_worker_id
+
+log = logging.getLogger("portq.aio")
+AsyncHandler = Callable[[Job], Awaitable[Any]]
+
+
+async def connect(url: str, **options: Any) -> AsyncQueue:
+    """Open an :class:`AsyncQueue`; options are those of :func:`portq.connect`."""
+    queue = await asyncio.to_thread(connect_sync, url, **options)
+    aq = AsyncQueue(queue)
+    try:
+        await aq.open()
+    except BaseException:
+        await asyncio.to_thread(queue.close)
+        raise
+    return aq
+
+
+class AsyncQueue:
+    """The async counterpart of :class:`portq.Queue`, over the same backend."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.backend: SqlBackend = queue.backend
+        self._pool: Any = None  # psycopg_pool.AsyncConnectionPool on PostgreSQL
+
+    @property
+    def native(self) -> bool:
+        """True when operations run on psycopg's async driver (PostgreSQL)."""
+        return self.backend.engine == "postgres"
+
+    @property
+    def url(self) -> str:
+        return self.queue.url
+
+    def __repr__(self) -> str:
+        return f"AsyncQueue({self.url!r})"
+
+    async def open(self) -> None:
+        if self.native and self._pool is None:
+            from psycopg_pool import AsyncConnectionPool
+            self._pool = AsyncConnectionPool(
+                "", kwargs=self.backend.connect_kwargs(),  # type: ignore[attr-defined]
+                min_size=1, max_size=self.backend.pool.max_size, open=False,
+                timeout=30.0, name="portq-aio")
+            await self._pool.open(wait=True, timeout=30.0)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        await asyncio.to_thread(self.queue.close)
+
+    async def __aenter__(self) -> AsyncQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- plumbing (PostgreSQL) ----------------------------------------------------------
+
+    async def _execute(self, cur: Any, name: str, params: Mapping[str, Any]) -> Any:
+        bound = bind(self.backend.queries[name], params, self.backend.paramstyle)
+        await cur.execute(bound.sql, bound.params)
+        return cur
+
+    async def _run(self, op: str, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        """``await fn(cursor)`` in one pooled transaction, retrying transient conflicts
+        (same policy as :meth:`SqlBackend.run`)."""
+        attempt = 0
+        while True:
+            try:
+                async with self._pool.connection() as conn, conn.cursor() as cur:
+                    return await fn(cur)  # the pool commits on success, else rolls back
+            except Exception as exc:
+                kind = self.backend.classify(exc)
+                if kind is ErrorKind.RETRYABLE and attempt < self.backend.max_retries:
+                    attempt += 1
+                    await asyncio.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** attempt)))
+                    continue
+                if kind is ErrorKind.CONNECTION:
+                    raise ConnectionLost(f"{op}: lost the connection to {self.url}: "
+                                         f"{type(exc).__name__}") from exc
+                raise
+
+    async def _insert(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """The async form of :meth:`SqlBackend.insert_jobs` (same statements)."""
+        ids = []
+        for job in jobs:
+            row = await (await self._execute(cur, "insert_job",
+                                             self.backend.job_params(job))).fetchone()
+            if row is None:
+                row = await (await self._execute(cur, "job_id_by_key",
+                                                 {"key": job.key})).fetchone()
+                if row is None:
+                    raise DatabaseError(f"job key {job.key!r} conflicted but no job holds it")
+            ids.append(int(row[0]))
+        for name in sorted({job.queue for job in jobs}):
+            await self._execute(cur, "notify",
+                                {"channel": self.backend.channel(name)})  # type: ignore[attr-defined]
+        return ids
+
+    # ---- enqueue ------------------------------------------------------------------------
+
+    async def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
+                      run_at: datetime | None = None, delay: float | None = None,
+                      max_attempts: int | None = None, key: str | None = None,
+                      conn: Any = None) -> int:
+        """Add one job (see :meth:`portq.Queue.enqueue`). ``conn`` may be a psycopg
+        ``AsyncConnection`` (PostgreSQL), written in its open transaction, or anything the
+        sync API accepts (a sqlite3 connection, SQLAlchemy Session), used on this thread."""
+        job = self.queue.new_job(queue, payload, priority=priority, run_at=run_at,
+                                 delay=delay, max_attempts=max_attempts, key=key)
+        return (await self._enqueue([job], conn))[0]
+
+    async def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *,
+                           conn: Any = None) -> list[int]:
+        """Add many jobs in one transaction (or the caller's)."""
+        built = self.queue.new_jobs(jobs)
+        return await self._enqueue(built, conn) if built else []
+
+    async def _enqueue(self, jobs: list[NewJob], conn: Any) -> list[int]:
+        if conn is None:
+            if self.native:
+                return list(await self._run("enqueue", lambda cur: self._insert(cur, jobs)))
+            return await asyncio.to_thread(self.backend.enqueue, jobs)
+        if _is_async_psycopg(conn):
+            if not self.native:
+                raise ConfigurationError(f"conn is a psycopg AsyncConnection; the "
+                                         f"{self.backend.engine} backend cannot use it")
+            async with conn.cursor() as cur:
+                return await self._insert(cur, jobs)
+        # a sync connection belongs to the caller's thread: use it there
+        return self.backend.enqueue(jobs, conn=self.queue._dbapi(conn))
+
+    # ---- claiming and fencing -----------------------------------------------------------
+
+    async def claim(self, queue: str, worker_id: str, *, limit: int = 1,
+                    lease: float = 30.0) -> list[Job]:
+        """Claim up to ``limit`` due jobs of one queue (see :meth:`portq.Queue.claim`)."""
+        if not self.native:
+            return await asyncio.to_thread(self.queue.claim, queue, worker_id, limit=limit,
+                                           lease=lease)
+        validate_queue(queue)
+        if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
+            raise ConfigurationError("worker_id must be a string of 1-200 characters")
+        params = {"queue": queue, "worker_id": worker_id,
+                  "limit": positive_int(limit, "limit"), "lease_ms": duration_ms(lease, "lease")}
+
+        async def go(cur: Any) -> list[Any]:
+            return list(await (await self._execute(cur, "claim", params)).fetchall())
+        rows = await self._run("claim", go)
+        return [self.backend.job_from_row(row, worker_id) for row in rows]
+
+    async def _guarded(self, op: str, params: dict[str, Any]) -> bool:
+        async def go(cur: Any) -> bool:
+            return bool((await self._execute(cur, op, params)).rowcount == 1)
+        return bool(await self._run(op, go))
+
+    async def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
+        """Extend the lease; False means the claim no longer owns the job."""
+        if not self.native:
+            return await asyncio.to_thread(self.queue.renew, job, lease)
+        return await self._guarded("renew", {**self.backend.guard(_claim_of(job)),
+                                             "lease_ms": duration_ms(lease, "lease")})
+
+    async def complete(self, job: Job | Claim) -> bool:
+        """Mark succeeded; False means ownership was lost and nothing was written."""
+        if not self.native:
+            return await asyncio.to_thread(self.queue.complete, job)
+        return await self._guarded("complete", self.backend.guard(_claim_of(job)))
+
+    async def release(self, job: Job | Claim) -> bool:
+        """Return an unfinished job to ready without spending its attempt."""
+        if not self.native:
+            return await asyncio.to_thread(self.queue.release, job)
+        return await self._guarded("release", self.backend.guard(_claim_of(job)))
+
+    async def fail(self, job: Job | Claim, error: str, *,
+                   retry_in: float | None = None) -> bool:
+        """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
+        if not self.native:
+            return await asyncio.to_thread(self.queue.fail, job, error, retry_in=retry_in)
+        ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
+        params = self.backend.fail_params(_claim_of(job), str(error), ms)
+
+        async def go(cur: Any) -> bool:
+            if (await self._execute(cur, "fail", params)).rowcount != 1:
+                return False
+            await self._execute(cur, "record_error", {**params, "error": str(error)[:8000]})
+            return True
+        return bool(await self._run("fail", go))
+
+    # ---- operators and maintenance (the sync Queue, in a thread) -------------------------
+
+    async def migrate(self) -> int:
+        return await asyncio.to_thread(self.queue.migrate)
+
+    async def stats(self, queue: str | None = None) -> list[QueueStats]:
+        return await asyncio.to_thread(self.queue.stats, queue)
+
+    async def jobs(self, state: str, *, queue: str | None = None,
+                   limit: int = 100) -> list[JobRecord]:
+        return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit)
+
+    async def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
+        return await asyncio.to_thread(self.queue.reap, limit=limit, delay=delay)
+
+    async def prune(self, older_than: float, *, limit: int = 1000,
+                    queue: str | None = None) -> int:
+        return await asyncio.to_thread(self.queue.prune, older_than, limit=limit, queue=queue)
+
+    async def cancel(self, job_id: int) -> bool:
+        return await asyncio.to_thread(self.queue.cancel, job_id)
+
+    async def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
+        return await asyncio.to_thread(self.queue.retry_dead, job_id,
+                                       extra_attempts=extra_attempts)
+
+
+def _is_async_psycopg(conn: Any) -> bool:
+    return any(c.__module__.startswith("psycopg") and c.__name__ == "AsyncConnection"
+               for c in type(conn).__mro__)
+
+
+class AsyncWorker:
+    """Runs async handlers for jobs of ``queues`` as asyncio tasks.
+
+    At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
+    third of the lease; an empty queue is polled with growing, jittered sleeps;
+    :meth:`stop` (or SIGTERM/SIGINT with ``install_signals``) stops claiming, waits up to
+    ``grace`` seconds, then cancels the remaining handlers and releases their jobs.
+    Handlers raise :class:`portq.Permanent` (dead now) or
+    :class:`portq.worker.RetryAfter` (retry after a delay) like sync ones.
+    """
+
+    def __init__(self, queue: AsyncQueue, queues: Sequence[str] | str, handler: AsyncHandler,
+                 *, concurrency: int = 10, lease: float = 30.0, batch: int | None = None,
+                 backoff: Backoff | None = None, idle_min: float = 0.05,
+                 idle_max: float = 2.0, grace: float = 30.0, burst: bool = False,
+                 worker_id: str | None = None, install_signals: bool = False) -> None:
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names or len(set(names)) != len(names):
+            raise ConfigurationError(f"a worker needs distinct queues, got {names}")
+        if not callable(handler):
+            raise ConfigurationError("handler must be an async function taking a portq.Job")
+        if not 0 < idle_min <= idle_max:
+            raise ConfigurationError("need 0 < idle_min <= idle_max")
+        self.queue = queue
+        self.queues = [validate_queue(n) for n in names]
+        self.handler = handler
+        self.concurrency = positive_int(concurrency, "concurrency")
+        self.lease = duration_ms(lease, "lease") / 1000
+        self.batch = positive_int(batch if batch is not None else self.concurrency, "batch")
+        self.backoff = backoff or queue.queue.backoff
+        self.idle_min, self.idle_max = idle_min, idle_max
+        self.grace = grace
+        self.burst = burst
+        self.worker_id = worker_id or new_worker_id()
+        self.install_signals = install_signals
+        self.counters = WorkerCounters()
+        self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    @property
+    def inflight(self) -> int:
+        return len(self._inflight)
+
+    def stop(self) -> None:
+        """Stop claiming; running handlers get ``grace`` seconds, then are cancelled."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> WorkerCounters:
+        """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
+        loop = asyncio.get_running_loop()
+        if self.install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
+        log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
+                 self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
+        try:
+            await self._claim_loop()
+        finally:
+            await self._shutdown()
+            heartbeat.cancel()
+            if self.install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        log.info("worker.stopped worker=%s %s", self.worker_id,
+                 " ".join(f"{k}={v}" for k, v in self.counters.as_dict().items()))
+        return self.counters
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    async def _claim_loop(self) -> None:
+        idle_rounds, start = 0, 0
+        while not self._stopping.is_set():
+            claimed = 0
+            try:
+                for i in range(len(self.queues)):
+                    free = self.concurrency - self.inflight
+                    if free <= 0:
+                        break
+                    claimed += await self._claim(self.queues[(start + i) % len(self.queues)],
+                                                 free)
+                start += 1
+                if self.burst and not claimed and not self.inflight and await self._drained():
+                    return
+            except Exception as exc:  # noqa: BLE001 - the database may be down: back off
+                idle_rounds += 1
+                delay = min(5.0, self.idle_min * 2 ** idle_rounds) * random.uniform(0.5, 1)
+                log.warning("worker.db_error worker=%s error=%s: %s; retrying in %.2fs",
+                            self.worker_id, type(exc).__name__, exc, delay)
+                await self._sleep(delay)
+                continue
+            if claimed:
+                idle_rounds = 0
+                if self.inflight >= self.concurrency:
+                    await self._sleep(self.idle_max)  # woken when a handler finishes
+            else:
+                idle_rounds += 1
+                ceiling = min(self.idle_max, self.idle_min * 2 ** min(idle_rounds, 30))
+                await self._sleep(random.uniform(ceiling / 2, ceiling))
+
+    async def _claim(self, name: str, free: int) -> int:
+        started = time.perf_counter()
+        jobs = await self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
+                                      lease=self.lease)
+        self.counters.claim_seconds.append(time.perf_counter() - started)
+        if len(self.counters.claim_seconds) > 10_000:
+            del self.counters.claim_seconds[:5_000]
+        for job in jobs:
+            task = asyncio.create_task(self._execute(job), name=f"portq-job-{job.id}")
+            self._inflight[job.id] = (job, task)
+        self.counters.claimed += len(jobs)
+        return len(jobs)
+
+    async def _drained(self) -> bool:
+        for name in self.queues:
+            for s in await self.queue.stats(name):
+                if s.ready or s.running:
+                    return False
+        return True
+
+    async def _execute(self, job: Job) -> None:
+        try:
+            try:
+                await self.handler(job)
+            except Permanent as exc:
+                await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
+            except RetryAfter as exc:
+                await self._report(job, str(exc), exc.delay)
+            except Exception as exc:  # noqa: BLE001 - a handler may raise anything
+                summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
+                await self._report(job, summary, self.backoff.delay(job.attempt))
+            else:
+                await self._report(job, None, None)
+        finally:
+            entry = self._inflight.get(job.id)
+            if entry is not None and entry[0] is job:
+                del self._inflight[job.id]
+            self._wake.set()
+
+    async def _report(self, job: Job, error: str | None, retry_in: float | None,
+                      dead: bool = False) -> None:
+        """Complete (``error`` None) or fail the job, retrying through connection trouble
+        while the lease lives."""
+        deadline = time.monotonic() + self.lease
+        delay = 0.05
+        while True:
+            if self._inflight.get(job.id, (None,))[0] is not job:
+                return  # lost meanwhile: its new owner reports
+            try:
+                ok = (await self.queue.complete(job) if error is None else
+                      await self.queue.fail(job, error, retry_in=retry_in))
+                break
+            except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                if time.monotonic() + delay >= deadline:
+                    log.error("job.report_failed job_id=%d worker=%s error=%s",
+                              job.id, self.worker_id, exc)
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if not ok:
+            self.counters.lost += 1
+        elif error is None:
+            self.counters.succeeded += 1
+        elif dead or retry_in is None or job.attempt >= job.max_attempts:
+            self.counters.dead += 1
+        else:
+            self.counters.retried += 1
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            for job, _task in list(self._inflight.values()):
+                try:
+                    renewed = await self.queue.renew(job, lease=self.lease)
+                except Exception as exc:  # noqa: BLE001 - try again next beat
+                    log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
+                    continue
+                if not renewed and self._inflight.get(job.id, (None,))[0] is job:
+                    del self._inflight[job.id]
+                    self.counters.lost += 1
+                    log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
+                                job.id, self.worker_id)
+
+    async def _shutdown(self) -> None:
+        self._stopping.set()
+        tasks = [task for _job, task in self._inflight.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.grace)
+        leftover = list(self._inflight.values())
+        self._inflight.clear()  # their reports are now skipped
+        for _job, task in leftover:
+            task.cancel()
+        await asyncio.gather(*(task for _job, task in leftover), return_exceptions=True)
+        for job, _task in leftover:
+            try:
+                if await self.queue.release(job):
+                    self.counters.released += 1
+            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
+                log.error("job.release_failed job_id=%d error=%s", job.id, exc)

@@ -1,0 +1,207 @@
+"""The asyncio API on PostgreSQL (psycopg async) and SQLite (threads): the conformance
+invariants of transactional enqueue, no duplicate claims and fencing, and AsyncWorker."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import portq
+from portq import aio
+from portq.conformance.helpers import counts
+from portq.conformance.plugin import TEST_PREFIX, raw_connection
+from portq.url import parse_url
+from portq.worker import RetryAfter
+
+ASYNC_ENGINES = ("postgres", "sqlite")
+
+
+@pytest.fixture
+def async_url(engine_url: str) -> str:
+    if parse_url(engine_url).engine not in ASYNC_ENGINES:
+        pytest.skip("portq.aio is tested on PostgreSQL and SQLite")
+    return engine_url
+
+
+def run(async_url: str, body: Callable[[aio.AsyncQueue], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with await aio.connect(async_url, prefix=TEST_PREFIX, pool_size=12) as q:
+            return await body(q)
+    return asyncio.run(main())
+
+
+async def user_connection(q: aio.AsyncQueue) -> Any:
+    """The application's own connection: psycopg AsyncConnection, or sqlite3 on SQLite."""
+    if q.native:
+        import psycopg
+        return await psycopg.AsyncConnection.connect(
+            autocommit=False, **q.backend.connect_kwargs())  # type: ignore[attr-defined]
+    return raw_connection(q.queue)
+
+
+async def finish(conn: Any, commit: bool) -> None:
+    result = conn.commit() if commit else conn.rollback()
+    if asyncio.iscoroutine(result):
+        await result
+    closed = conn.close()
+    if asyncio.iscoroutine(closed):
+        await closed
+
+
+def test_transactional_enqueue_commit_and_rollback(async_url: str, queue: portq.Queue,
+                                                   qname: str) -> None:
+    async def body(q: aio.AsyncQueue) -> tuple[int, int, int]:
+        conn = await user_connection(q)
+        await q.enqueue(qname, "rolled back", conn=conn)
+        assert counts(queue, qname)["ready"] == 0, "uncommitted job visible"
+        await finish(conn, commit=False)
+        conn = await user_connection(q)
+        existing = await q.enqueue(qname, "old", key=f"{qname}-k")  # portq's own txn
+        kept = await q.enqueue(qname, {"kept": True}, conn=conn)
+        again = await q.enqueue(qname, "dup", key=f"{qname}-k", conn=conn)
+        assert again == existing
+        many = await q.enqueue_many([{"queue": qname, "payload": i} for i in range(3)],
+                                    conn=conn)
+        assert counts(queue, qname)["ready"] == 1
+        await finish(conn, commit=True)  # the key conflict did not abort the transaction
+        return kept, existing, len(many)
+
+    kept, existing, n = run(async_url, body)
+    ids = {j.id: j.payload for j in queue.claim(qname, "w", limit=20)}
+    assert len(ids) == 2 + n and ids[kept] == {"kept": True} and ids[existing] == "old"
+    assert "rolled back" not in ids.values()
+
+
+def test_concurrent_async_claimers_never_share_a_job(async_url: str, queue: portq.Queue,
+                                                     qname: str) -> None:
+    total = 300
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+
+    async def claimer(q: aio.AsyncQueue, n: int, seen: list[tuple[int, int, str]]) -> None:
+        wid = f"aw-{n}"
+        while True:
+            jobs = await q.claim(qname, wid, limit=7, lease=60)
+            if not jobs:
+                return
+            for job in jobs:
+                seen.append((job.id, job.attempt, wid))
+            done = await asyncio.gather(*(q.complete(j) for j in jobs))
+            assert all(done)
+
+    async def body(q: aio.AsyncQueue) -> list[tuple[int, int, str]]:
+        seen: list[tuple[int, int, str]] = []
+        await asyncio.gather(*(claimer(q, n, seen) for n in range(8)))
+        return seen
+
+    seen = run(async_url, body)
+    per_job = collections.Counter(job_id for job_id, _, _ in seen)
+    assert len(per_job) == total and max(per_job.values()) == 1
+    assert len({w for _, _, w in seen}) > 1, "only one claimer ever got jobs"
+    assert counts(queue, qname)["succeeded"] == total
+
+
+def test_fencing_stale_claim_cannot_finish(async_url: str, queue: portq.Queue,
+                                           qname: str) -> None:
+    async def body(q: aio.AsyncQueue) -> None:
+        job_id = await q.enqueue(qname, "x")
+        (stale,) = await q.claim(qname, "old-owner", lease=0.2)
+        await asyncio.sleep(0.5)
+        assert not await q.renew(stale), "expired lease renewed"
+        # reap is global: a concurrent test's worker may reap this job first (with a delay)
+        await q.reap(delay=0)
+        fresh = None
+        for _ in range(100):
+            jobs = await q.claim(qname, "new-owner", lease=30)
+            if jobs:
+                (fresh,) = jobs
+                break
+            await asyncio.sleep(0.1)
+        assert fresh is not None, "the expired job was never reclaimed"
+        assert (fresh.id, fresh.attempt) == (job_id, 2)
+        assert not await q.complete(stale)
+        assert not await q.fail(stale, "late", retry_in=0)
+        assert not await q.release(stale)
+        assert not await q.renew(stale)
+        assert await q.renew(fresh)
+        assert await q.complete(fresh)
+    run(async_url, body)
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["ready"], c["running"]) == (1, 0, 0)
+
+
+def test_async_worker_runs_handlers_with_bounded_concurrency(
+        async_url: str, queue: portq.Queue, qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(40)])
+    dead_id = queue.enqueue(qname, "dead")
+    retry_id = queue.enqueue(qname, "retry")
+    runs: collections.Counter[int] = collections.Counter()
+    active = {"now": 0, "max": 0}
+
+    async def handler(job: portq.Job) -> None:
+        runs[job.id] += 1
+        active["now"] += 1
+        active["max"] = max(active["max"], active["now"])
+        try:
+            await asyncio.sleep(0.02)
+            if job.payload == "dead":
+                raise portq.Permanent("no")
+            if job.payload == "retry" and job.attempt == 1:
+                raise RetryAfter(0)
+        finally:
+            active["now"] -= 1
+
+    async def body(q: aio.AsyncQueue) -> Any:
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=5, burst=True,
+                                 idle_min=0.01, idle_max=0.1)
+        return await asyncio.wait_for(worker.run(), 60)
+
+    counters = run(async_url, body)
+    assert (counters.succeeded, counters.dead, counters.retried) == (41, 1, 1)
+    assert runs[dead_id] == 1 and runs[retry_id] == 2 and len(runs) == 42
+    assert 1 < active["max"] <= 5
+    assert queue.jobs("dead", queue=qname)[0].id == dead_id
+
+
+def test_async_worker_stop_releases_unfinished_jobs(async_url: str, queue: portq.Queue,
+                                                    qname: str) -> None:
+    job_id = queue.enqueue(qname, "long", max_attempts=3)
+
+    async def body(q: aio.AsyncQueue) -> Any:
+        began = asyncio.Event()
+
+        async def handler(job: portq.Job) -> None:
+            began.set()
+            await asyncio.sleep(30)
+
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=2, grace=0.2)
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(began.wait(), 30)
+        worker.stop()
+        return await asyncio.wait_for(task, 30)
+
+    counters = run(async_url, body)
+    assert counters.released == 1 and counters.succeeded == 0
+    (again,) = queue.claim(qname, "w")
+    # a new generation (fencing), but the released attempt was given back
+    assert (again.id, again.attempt, again.max_attempts) == (job_id, 2, 4)
+
+
+def test_async_connection_refused_where_it_cannot_work(async_url: str, qname: str) -> None:
+    async def body(q: aio.AsyncQueue) -> None:
+        if q.native:
+            with pytest.raises(portq.ConfigurationError, match="needs a psycopg"):
+                await q.enqueue(qname, 1, conn=object())
+        else:
+            import psycopg
+            conn = await psycopg.AsyncConnection.connect(
+                "postgresql://postgres@127.0.0.1:5432/test", connect_timeout=5)
+            try:
+                with pytest.raises(portq.ConfigurationError, match="AsyncConnection"):
+                    await q.enqueue(qname, 1, conn=conn)
+            finally:
+                await conn.close()
+    run(async_url, body)
