@@ -307,6 +307,7 @@ class Worker:
             return  # released or lost meanwhile; its new owner reports
         deadline = time.monotonic() + self.lease
         delay = 0.05
+        interrupted = False  # a write cut during COMMIT may have committed after all
         while True:
             try:
                 if outcome == "succeeded":
@@ -320,13 +321,16 @@ class Worker:
                               "the lease will expire and the job will run again",
                               job.id, job.attempt, self.worker_id, exc)
                     return
+                interrupted = True
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         if not ok:
             self.counters.lost += 1
             log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
-                        "or an expired lease; outcome %s not recorded",
-                        job.id, job.queue, job.attempt, self.worker_id, outcome)
+                        "or an expired lease; outcome %s not recorded%s",
+                        job.id, job.queue, job.attempt, self.worker_id, outcome,
+                        " (or recorded by the earlier attempt whose connection dropped "
+                        "during COMMIT)" if interrupted else "")
         elif outcome == "succeeded":
             self.counters.succeeded += 1
             log.info("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
