@@ -115,15 +115,21 @@ class Shop:
             return orders, int(cur.fetchone()[0])
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 4 or argv[1] != "order":
-        print("usage: shop.py URL order CUSTOMER AMOUNT_CENTS", file=sys.stderr)
-        return 2
-    url = argv[0]
+@contextmanager
+def open_shop(url: str) -> Iterator[Shop]:
+    """A :class:`Shop` on ``url`` with portq's and the shop's tables created."""
     with portq.connect(url) as queue:
         queue.migrate()
         shop = Shop(url, queue)
         shop.create_tables()
+        yield shop
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or argv[1] != "order":
+        print("usage: shop.py URL order CUSTOMER AMOUNT_CENTS", file=sys.stderr)
+        return 2
+    with open_shop(argv[0]) as shop:
         print(shop.place_order(argv[2], int(argv[3])))
     return 0
 

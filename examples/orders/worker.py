@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from shop import INVOICE_QUEUE, Shop
+from shop import INVOICE_QUEUE, open_shop
 
-import portq
 from portq.worker import Worker
 
 
@@ -15,12 +14,8 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: worker.py URL [--burst]", file=sys.stderr)
         return 2
-    url = argv[0]
-    with portq.connect(url) as queue:
-        queue.migrate()
-        shop = Shop(url, queue)
-        shop.create_tables()
-        worker = Worker(queue, INVOICE_QUEUE, shop.handle_invoice, concurrency=4,
+    with open_shop(argv[0]) as shop:
+        worker = Worker(shop.queue, INVOICE_QUEUE, shop.handle_invoice, concurrency=4,
                         burst="--burst" in argv, install_signals=True)
         counters = worker.run()
     print(counters.as_dict())
