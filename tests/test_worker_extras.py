@@ -23,7 +23,7 @@ import portq
 
 def handle(job):
     if job.payload == "slow":
-        time.sleep(2.0)
+        time.sleep(3.0)
     elif job.payload == "dead":
         raise portq.Permanent("refused")
     elif job.payload == "flaky" and job.attempt == 1:
@@ -63,7 +63,7 @@ def start_worker(url: str, cwd: Path, *args: str) -> subprocess.Popen[str]:
 def test_metrics_endpoint_during_a_worker_run(engine_url: str, queue: portq.Queue,
                                               qname: str, tmp_path: Path) -> None:
     (tmp_path / "handlers.py").write_text(HANDLERS, encoding="utf-8")
-    queue.enqueue(qname, "slow", priority=10)          # holds the only slot for 2 s
+    queue.enqueue(qname, "slow", priority=10)          # holds the only slot for 3 s
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(10)])
     queue.enqueue(qname, "dead")
     queue.enqueue(qname, "flaky", max_attempts=3)
