@@ -1,0 +1,458 @@
+"""The worker runtime against a real engine: bounded concurrency, idle backoff, wake-ups,
+heartbeats and stale owners, crash recovery (invariant 4), graceful shutdown, retry storms.
+
+Multi-process tests start ``python -m portq worker`` on the engine under test and send it
+real signals; every wait is bounded in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import portq
+from portq.conformance.helpers import counts, wait_until
+from portq.conformance.plugin import TEST_PREFIX
+from portq.conformance.worker_handlers import claim_from_record, read_records
+from portq.errors import Permanent
+from portq.job import Job
+from portq.retry import Backoff
+from portq.worker import RetryAfter, Worker
+
+HANDLERS = "portq.conformance.worker_handlers"
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def quiet_worker(queue: portq.Queue, names: Sequence[str] | str,
+                 handler: Callable[[Job], Any], **options: Any) -> Worker:
+    """A Worker with maintenance off unless asked for (tests share one database)."""
+    options.setdefault("reap_interval", None)
+    options.setdefault("prune_interval", None)
+    return Worker(queue, names, handler, **options)
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    """Run ``worker`` on a thread for the duration of the block; stop and join it after."""
+    thread = threading.Thread(target=worker.run, name="portq-test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(worker.grace + 30)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def worker_process(engine_url: str, qname: str, handler: str, record: Path, log: Path,
+                   *args: str, sleep: float = 0.0) -> subprocess.Popen[bytes]:
+    """``python -m portq worker`` on the engine under test, logging to ``log``."""
+    env = {**os.environ, "PORTQT_RECORD": str(record), "PORTQT_SLEEP": str(sleep),
+           "PYTHONUNBUFFERED": "1"}
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "portq", "--log-level", "INFO", "worker", engine_url,
+             "--prefix", TEST_PREFIX, "--queue", qname, "--handler", f"{HANDLERS}:{handler}",
+             *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+@contextmanager
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """A list to put worker processes in; whatever is still running at the end is killed."""
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def wait_for_records(record: Path, n: int, proc: subprocess.Popen[bytes], log: Path,
+                     timeout: float = 30.0) -> list[dict[str, Any]]:
+    ok = wait_until(lambda: len(read_records(record)) >= n or proc.poll() is not None,
+                    timeout)
+    records = read_records(record)
+    assert ok and len(records) >= n, (
+        f"worker process recorded {len(records)} of {n} claims "
+        f"(exit code {proc.poll()}); its log:\n{log.read_text()[-3000:]}")
+    return records
+
+
+def peak_per_second(times: Sequence[float], window: float = 1.0) -> int:
+    """The most events in any ``window``-second sliding window."""
+    ordered = sorted(times)
+    best, lo = 0, 0
+    for hi, t in enumerate(ordered):
+        while t - ordered[lo] > window:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return best
+
+
+# ---- bounded concurrency, idle backoff, wake-ups ----------------------------------------------
+
+def test_claims_only_free_slots_and_serves_queues_round_robin(queue: portq.Queue,
+                                                              qname: str) -> None:
+    names = [f"{qname}-a", f"{qname}-b"]
+    for name in names:
+        queue.enqueue_many([{"queue": name, "payload": i} for i in range(12)])
+    order: list[str] = []
+    active, most_active = 0, 0
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        nonlocal active, most_active
+        with lock:
+            active += 1
+            most_active = max(most_active, active)
+            order.append(job.queue)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+
+    most_running = 0
+    worker = quiet_worker(queue, names, handler, concurrency=3, batch=10, lease=30,
+                          idle_min=0.01, idle_max=0.05)
+    with running(worker):
+        def finished() -> bool:
+            nonlocal most_running
+            stats = {s.queue: s for s in queue.stats() if s.queue in names}
+            most_running = max([most_running, *(s.running for s in stats.values())])
+            return sum(s.succeeded for s in stats.values()) == 24
+        assert wait_until(finished, timeout=60, interval=0.01)
+    # the database never held more claims than the worker had free slots
+    assert most_running <= 3 and most_active <= 3
+    assert worker.counters.claimed == 24
+    # both queues were served from the start, not one drained before the other
+    first_half = Counter(order[:12])
+    assert first_half[names[0]] >= 3 and first_half[names[1]] >= 3, order
+
+
+def test_idle_worker_backs_off_on_an_empty_queue(queue: portq.Queue, qname: str) -> None:
+    worker = quiet_worker(queue, qname, lambda job: None, idle_min=0.05, idle_max=0.5,
+                          listen=False)
+    started = time.monotonic()
+    with running(worker):
+        time.sleep(3.0)
+    elapsed = time.monotonic() - started
+    claims = len(worker.counters.claim_seconds)
+    # sleeps are uniform(c/2, c) with c = 0.1, 0.2, 0.4, 0.5, 0.5, ...: at most ~4 claims/s
+    # once backed off; a loop without backoff would make hundreds
+    assert 1 <= claims <= 4 + elapsed / 0.25, f"{claims} claims in {elapsed:.1f}s"
+
+
+@pytest.mark.parametrize("name_length", ["short", "long"])
+def test_enqueue_wakes_an_idle_worker_at_once(queue: portq.Queue, qname: str,
+                                              name_length: str) -> None:
+    if queue.backend.listener([qname]) is None:
+        pytest.skip(f"{queue.backend.engine} has no notification channel; workers poll")
+    name = qname if name_length == "short" else (qname + "-" + "x" * 128)[:128]
+    picked: list[float] = []
+    worker = quiet_worker(queue, name, lambda job: picked.append(time.monotonic()),
+                          idle_min=20.0, idle_max=20.0)
+    with running(worker):
+        time.sleep(1.0)  # first claim found nothing: now in a 10-20 s idle sleep
+        assert worker.counters.claimed == 0
+        enqueued = time.monotonic()
+        queue.enqueue(name, "wake up")
+        assert wait_until(lambda: bool(picked), timeout=9.0), "no wake-up within 9 s"
+    latency = picked[0] - enqueued
+    print(f"\n[{queue.backend.engine}] NOTIFY wake-up latency: {latency * 1000:.0f} ms "
+          f"(idle sleep 10-20 s)")
+    assert latency < 5.0
+
+
+# ---- heartbeats and stale owners -------------------------------------------------------------
+
+def test_refused_renewal_stops_reporting_and_is_logged(queue: portq.Queue, qname: str,
+                                                       caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    caplog.set_level(logging.INFO, logger="portq.worker")
+    job_id = queue.enqueue(qname, "long")
+    release = threading.Event()
+    worker = quiet_worker(queue, qname, lambda job: release.wait(30), lease=0.9,
+                          idle_min=0.01, idle_max=0.1)
+    with running(worker):
+        assert wait_until(lambda: worker.counters.claimed == 1)
+        time.sleep(2.0)  # over two leases: only the heartbeat keeps the job running
+        assert counts(queue, qname)["running"] == 1, "heartbeat did not renew the lease"
+        assert queue.cancel(job_id) is True  # an operator takes the job away
+        assert wait_until(lambda: worker.counters.lost == 1, timeout=5)
+        release.set()
+        assert wait_until(lambda: worker.busy == 0)
+    assert worker.counters.succeeded == 0 and worker.counters.lost == 1
+    assert counts(queue, qname)["cancelled"] == 1
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert len(lost) == 1 and "renewal refused" in lost[0]
+    assert f"job_id={job_id} " in lost[0] and "generation=1 " in lost[0]
+    assert f"worker={worker.worker_id}" in lost[0] and f"queue={qname}" in lost[0]
+
+
+def test_stale_owner_cannot_overwrite_the_new_owner(queue: portq.Queue, qname: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="portq.worker")
+    ok_id = queue.enqueue(qname, "return")
+    raise_id = queue.enqueue(qname, "raise")
+    b_done = threading.Event()
+    a_jobs: list[Job] = []
+
+    def slow_a(job: Job) -> None:  # A's handler outlives its lease (no heartbeat)
+        a_jobs.append(job)
+        b_done.wait(30)
+        if job.payload == "raise":
+            raise RuntimeError("late failure from the stale owner")
+
+    a = quiet_worker(queue, qname, slow_a, concurrency=2, lease=1.0, heartbeat=False,
+                     idle_min=0.01, idle_max=0.1)
+    b = quiet_worker(queue, qname, lambda job: None, lease=30, reap_interval=0.2,
+                     reap_delay=0, idle_min=0.01, idle_max=0.1)
+    with running(a):
+        assert wait_until(lambda: len(a_jobs) == 2)
+        with running(b):
+            assert wait_until(lambda: counts(queue, qname)["succeeded"] == 2, timeout=20)
+        b_done.set()
+        assert wait_until(lambda: a.busy == 0)
+    assert b.counters.succeeded == 2
+    assert (a.counters.succeeded, a.counters.retried, a.counters.lost) == (0, 0, 2)
+    for job in a_jobs:  # A's token is dead for every operation
+        assert queue.complete(job) is False
+        assert queue.renew(job, lease=30) is False
+        assert queue.fail(job, "stale", retry_in=0) is False
+    done = {r.id: r for r in queue.jobs("succeeded", queue=qname)}
+    assert set(done) == {ok_id, raise_id}
+    assert all(r.attempts == 2 for r in done.values())  # B's generation stands
+    assert queue.job_errors(raise_id) == []  # A's late failure was not recorded
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert len(lost) == 2 and all(f"worker={a.worker_id}" in m for m in lost)
+
+
+# ---- crash and shutdown (worker processes) ---------------------------------------------------
+
+def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engine_url: str,
+                                                       qname: str, tmp_path: Path) -> None:
+    """Invariant 4: SIGKILL mid-job; another worker completes every job after lease expiry;
+    the killed generation's late complete is rejected."""
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(6)])
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        victim = worker_process(engine_url, qname, "block", record, log,
+                                "--concurrency", "4", "--lease", "1.5")
+        procs.append(victim)
+        held = wait_for_records(record, 4, victim, log)
+        os.kill(victim.pid, signal.SIGKILL)
+        assert victim.wait(10) == -signal.SIGKILL
+    killed = [claim_from_record(r) for r in held]
+    assert counts(queue, qname)["running"] == 4
+    killed_at = time.monotonic()
+    rescuer = quiet_worker(queue, qname, lambda job: None, lease=30, reap_interval=0.2,
+                           reap_delay=0, idle_min=0.01, idle_max=0.2)
+    with running(rescuer):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == 6, timeout=30), \
+            counts(queue, qname)
+    recovered_in = time.monotonic() - killed_at
+    print(f"\n[{queue.backend.engine}] SIGKILLed worker's 4 jobs recovered and completed "
+          f"{recovered_in:.2f}s after the kill (lease 1.5 s)")
+    for claim in killed:
+        assert queue.complete(claim) is False, "the killed generation completed late"
+        assert queue.renew(claim, lease=30) is False
+        assert queue.fail(claim, "late", retry_in=0) is False
+    done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname)}
+    assert set(done) == set(ids)
+    assert all(done[c.job_id] == c.generation + 1 for c in killed)
+    assert rescuer.counters.reaped >= 4 and rescuer.counters.succeeded == 6
+
+
+def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_url: str,
+                                                     qname: str, tmp_path: Path) -> None:
+    ids = queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1}
+                              for i in range(3)])
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    grace = 1.0
+    with processes() as procs:
+        proc = worker_process(engine_url, qname, "block", record, log, "--concurrency", "3",
+                              "--lease", "30", "--grace", str(grace))
+        procs.append(proc)
+        held = wait_for_records(record, 3, proc, log)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(grace + 20)
+        exited = time.monotonic() - signalled
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    print(f"\n[{queue.backend.engine}] SIGTERM -> 3 in-flight jobs released, process exited "
+          f"in {exited:.2f}s (grace {grace:.1f}s)")
+    assert grace <= exited < grace + 15
+    assert text.count("job.released") == 3 and '"released": 3' in text
+    c = counts(queue, qname)
+    assert (c["ready"], c["running"], c["dead"]) == (3, 0, 0)
+    # the spent attempt was given back: each job (max_attempts=1) runs again, as a new
+    # generation, so the released claims stay fenced
+    again = queue.claim(qname, "after-shutdown", limit=3, lease=30)
+    assert sorted(j.id for j in again) == sorted(ids)
+    assert all(j.attempt == 2 and j.max_attempts == 2 for j in again)
+    for r in held:
+        assert queue.complete(claim_from_record(r)) is False
+    for job in again:
+        assert queue.complete(job) is True
+
+
+def test_second_signal_exits_at_once(queue: portq.Queue, engine_url: str, qname: str,
+                                     tmp_path: Path) -> None:
+    queue.enqueue(qname, "stuck")
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        proc = worker_process(engine_url, qname, "block", record, log, "--lease", "30",
+                              "--grace", "60")
+        procs.append(proc)
+        wait_for_records(record, 1, proc, log)
+        proc.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: "worker.stopping" in log.read_text(), timeout=10)
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(20)
+        exited = time.monotonic() - signalled
+    print(f"\n[{queue.backend.engine}] second signal: exited {exited:.2f}s after it "
+          f"(grace was 60 s)")
+    assert code == 128 + signal.SIGINT
+    assert exited < 10
+    assert "worker.killed" in log.read_text()
+    assert counts(queue, qname)["running"] == 1  # not released: its lease will expire
+
+
+def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
+        queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
+    """8 handler slots across 2 processes; one is stopped (SIGTERM, grace 0: in-flight
+    jobs released) and replaced midway. Every job succeeds once; no generation runs twice."""
+    total = 10_000
+    for start in range(0, total, 2000):
+        queue.enqueue_many([{"queue": qname, "payload": i}
+                            for i in range(start, start + 2000)])
+    logs = [tmp_path / f"worker{i}.log" for i in range(3)]
+    records = [tmp_path / f"calls{i}.jsonl" for i in range(3)]
+    started = time.monotonic()
+    with processes() as procs:
+        for i in range(2):
+            procs.append(worker_process(engine_url, qname, "record", records[i], logs[i],
+                                        "--concurrency", "4", "--lease", "30",
+                                        "--grace", "0", sleep=0.001))
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] >= total // 3,
+                          timeout=120), counts(queue, qname)
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(30) == 0, logs[0].read_text()[-3000:]
+        procs.append(worker_process(engine_url, qname, "record", records[2], logs[2],
+                                    "--concurrency", "4", "--lease", "30", sleep=0.001))
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == total,
+                          timeout=240), counts(queue, qname)
+    elapsed = time.monotonic() - started
+    calls = [(r["job_id"], r["generation"]) for path in records for r in read_records(path)]
+    duplicates = [pair for pair, n in Counter(calls).items() if n > 1]
+    released = logs[0].read_text().count("job.released")
+    print(f"\n[{queue.backend.engine}] {total} jobs, 2x4 slots, one process replaced: "
+          f"{elapsed:.1f}s, {len(calls)} handler calls, {released} released at shutdown, "
+          f"{len(duplicates)} duplicate generations")
+    assert duplicates == []
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["ready"], c["running"], c["dead"]) == (total, 0, 0, 0)
+    done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname, limit=total)}
+    last_call: dict[int, int] = {}
+    for job_id, generation in calls:
+        last_call[job_id] = max(generation, last_call.get(job_id, 0))
+    assert done == last_call  # the generation that completed each job is its last call
+    queue.prune(0, limit=total, queue=qname)
+
+
+# ---- retries ---------------------------------------------------------------------------------
+
+def test_outcomes_are_logged_and_errors_kept_per_attempt(queue: portq.Queue, qname: str,
+                                                         caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    caplog.set_level(logging.INFO, logger="portq.worker")
+    ok = queue.enqueue(qname, "ok")
+    permanent = queue.enqueue(qname, "permanent", max_attempts=5)
+    flaky = queue.enqueue(qname, "flaky", max_attempts=2)
+    later = queue.enqueue(qname, "later", max_attempts=5)
+
+    def fail_flaky(job: Job) -> None:
+        raise ValueError(f"flaky attempt {job.attempt}")
+
+    def handler(job: Job) -> None:
+        if job.payload == "permanent":
+            raise Permanent("bad input")
+        if job.payload == "flaky":
+            fail_flaky(job)
+        if job.payload == "later" and job.attempt == 1:
+            raise RetryAfter(3600, "come back in an hour")
+
+    worker = quiet_worker(queue, qname, handler, backoff=Backoff("fixed", 0.0),
+                          idle_min=0.01, idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: worker.counters.succeeded == 1 and
+                          worker.counters.dead == 2 and worker.counters.retried == 2)
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["dead"], c["scheduled"]) == (1, 2, 1)
+    (retry_later,) = queue.jobs("ready", queue=qname)
+    assert retry_later.id == later and retry_later.run_at is not None
+    assert retry_later.created_at is not None
+    assert (retry_later.run_at - retry_later.created_at).total_seconds() > 3500
+    errors = queue.job_errors(flaky)
+    assert [e[0] for e in errors] == [1, 2]
+    for attempt, worker_id, text in errors:
+        assert worker_id == worker.worker_id
+        assert "Traceback" in text and "fail_flaky" in text
+        assert f"ValueError: flaky attempt {attempt}" in text
+    assert queue.job_errors(permanent)[0][2] == "Permanent: bad input"
+    messages = [r.getMessage() for r in caplog.records]
+    for event, job_id in (("job.succeeded", ok), ("job.dead", permanent), ("job.dead", flaky),
+                          ("job.retry", flaky), ("job.retry", later)):
+        line = next((m for m in messages if m.startswith(event) and
+                     f"job_id={job_id} " in m), None)
+        assert line is not None, f"no {event} line for job {job_id}"
+        assert f"queue={qname} " in line and "generation=" in line
+        assert f"worker={worker.worker_id}" in line
+    claimed = [m for m in messages if m.startswith("job.claimed")]
+    assert len(claimed) == worker.counters.claimed == 5
+
+
+def _storm(queue: portq.Queue, qname: str, backoff: Backoff, jobs: int) -> list[float]:
+    """Run ``jobs`` jobs whose first attempt fails during an outage; return the times at
+    which their retries were claimed."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(jobs)])
+    retried: list[float] = []
+
+    def handler(job: Job) -> None:
+        if job.attempt == 1:
+            raise ConnectionError("downstream outage")
+        retried.append(time.monotonic())
+
+    worker = quiet_worker(queue, qname, handler, concurrency=16, lease=60, backoff=backoff,
+                          idle_min=0.01, idle_max=0.05, listen=False)
+    with running(worker):
+        assert wait_until(lambda: len(retried) == jobs,
+                          timeout=backoff.cap + 90), f"{len(retried)} of {jobs} retried"
+    queue.prune(0, limit=jobs, queue=qname)
+    return retried
+
+
+def test_full_jitter_flattens_a_retry_storm(queue: portq.Queue, qname: str) -> None:
+    jobs, base, cap = 1000, 12.0, 24.0
+    fixed = peak_per_second(_storm(queue, qname + "-fixed", Backoff("fixed", base, cap), jobs))
+    jitter = peak_per_second(_storm(queue, qname + "-jitter",
+                                    Backoff("full_jitter", base, cap), jobs))
+    print(f"\n[{queue.backend.engine}] retry storm, {jobs} jobs failing at once, base "
+          f"{base:.0f}s: peak retries in any 1 s window: fixed {fixed}, full jitter {jitter}")
+    assert jitter * 5 <= fixed, (fixed, jitter)
