@@ -29,8 +29,9 @@ def test_enqueue_many_ids_keys_and_options(queue: portq.Queue, qname: str) -> No
     records = {r.id: r for r in queue.jobs("ready", queue=qname)}
     assert records[ids[0]].payload == {"text": "é\"'"}
     assert records[existing].payload == "old" and records[ids[2]].payload == 3
-    assert records[ids[4]].payload is None and records[ids[4]].run_at is not None
-    assert abs((records[ids[4]].run_at - later).total_seconds()) < 1
+    scheduled = records[ids[4]]
+    assert scheduled.payload is None and scheduled.run_at is not None
+    assert abs((scheduled.run_at - later).total_seconds()) < 1
     assert (records[ids[5]].priority, records[ids[5]].max_attempts) == (7, 2)
     first = queue.claim(qname, "w", limit=1)
     assert [j.id for j in first] == [ids[5]]  # highest priority first
