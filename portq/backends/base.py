@@ -248,14 +248,16 @@ class SqlBackend(Backend):
         for job in jobs:
             params = self.job_params(job)
             job_id = self.insert_job(cur, params)
-            if job_id is None:
-                row = self.execute(cur, "job_id_by_key", {"key": job.key}).fetchone()
-                if row is None:
-                    raise DatabaseError(f"job key {job.key!r} conflicted but no job holds it")
-                job_id = int(row[0])
-            ids.append(job_id)
+            ids.append(self.job_id_of_key(cur, job.key) if job_id is None else job_id)
         self.announce(cur, sorted({job.queue for job in jobs}))
         return ids
+
+    def job_id_of_key(self, cur: Any, key: str | None) -> int:
+        """The id of the job holding ``key`` (after an insert conflicted on it)."""
+        row = self.execute(cur, "job_id_by_key", {"key": key}).fetchone()
+        if row is None:
+            raise DatabaseError(f"job key {key!r} conflicted but no job holds it")
+        return int(row[0])
 
     def announce(self, cur: Any, queues: Sequence[str]) -> None:
         """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing

@@ -13,7 +13,6 @@ import psycopg
 from psycopg import sql as pgsql
 
 from portq.backends.base import ErrorKind, SqlBackend
-from portq.errors import DatabaseError
 from portq.pool import close_quietly
 from portq.protocol import NewJob
 
@@ -54,6 +53,26 @@ class PostgresBackend(SqlBackend):
                 or isinstance(exc, psycopg.OperationalError) and not state):
             return ErrorKind.CONNECTION
         return ErrorKind.OTHER
+
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """Many jobs in one INSERT ... SELECT FROM jsonb_to_recordset ... ON CONFLICT
+        (job_key) DO NOTHING statement; ids in the order given, existing keys return their
+        id (a key repeated within the batch returns the first one's id)."""
+        if len(jobs) < 2:
+            return super().insert_jobs(cur, jobs)
+        rows = self.execute(cur, "insert_jobs_bulk", {"jobs": _jobs_json(jobs)}).fetchall()
+        ids: list[int] = []
+        first_of_key: dict[str, int] = {}
+        for (job_id, key, inserted), job in zip(rows, jobs, strict=True):
+            if inserted:
+                if key is not None:
+                    first_of_key[key] = int(job_id)
+                ids.append(int(job_id))
+                continue
+            existing = first_of_key.get(key) if key is not None else None
+            ids.append(self.job_id_of_key(cur, job.key) if existing is None else existing)
+        self.announce(cur, sorted({job.queue for job in jobs}))
+        return ids
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:
