@@ -6,9 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from portq.conformance.helpers import wait_until
 
 HANDLER = '''
 import json, os
@@ -77,3 +81,60 @@ def test_demo_on_sqlite(tmp_path: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["counters"]["succeeded"] == 300
     assert report["claim_complete_jobs_per_s"] > 0
+
+
+def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: Any,
+                                                        qname: str) -> None:
+    """`portq jobs/retry/cancel/reap/prune/stats` against real rows, as an operator runs
+    them."""
+    env = {"PORTQ_URL": engine_url}
+    prefix = ["--prefix", "portqt_"]
+    dead_id = queue.enqueue(qname, {"n": "dead"}, max_attempts=1)
+    (job,) = queue.claim(qname, "cli-test", limit=1, lease=30)
+    assert queue.fail(job, "boom: no such customer", retry_in=None) is True
+    listed = json.loads(portq("jobs", *prefix, "--state", "dead", "--queue", qname, "--json",
+                              env=env).stdout)
+    assert [(r["id"], r["state"], r["last_error"]) for r in listed] == [
+        (dead_id, "dead", "boom: no such customer")]
+    assert str(dead_id) in portq("jobs", *prefix, "--queue", qname, env=env).stdout
+
+    assert portq("retry", *prefix, str(dead_id), "--extra-attempts", "2", env=env).stdout \
+        .strip() == "retried"
+    (again,) = queue.jobs("ready", queue=qname)
+    assert (again.id, again.attempts, again.max_attempts) == (dead_id, 1, 3)
+    refused = portq("retry", *prefix, str(dead_id), env=env, check=False)
+    assert refused.returncode == 1 and "not dead or cancelled" in refused.stdout
+
+    assert portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == "cancelled"
+    refused = portq("cancel", *prefix, str(dead_id), env=env, check=False)
+    assert refused.returncode == 1 and "not ready or running" in refused.stdout
+    assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]
+
+    expired_id = queue.enqueue(qname, {"n": "expired"})
+    queue.claim(qname, "cli-test", limit=1, lease=0.2)
+    time.sleep(0.5)
+    # on a shared server another test run's worker may reap this table first; the SQLite
+    # file is this session's own
+    alone = queue.backend.engine == "sqlite"
+    assert int(portq("reap", *prefix, "--delay", "0", env=env).stdout) >= (1 if alone else 0)
+    (reaped,) = queue.jobs("ready", queue=qname)
+    assert reaped.id == expired_id and reaped.last_error is not None
+    assert "lease expired" in reaped.last_error
+    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    assert row["ready"] == 1 and row["oldest_ready_age_s"] is not None
+    assert row["retry_rate"] is not None and row["retry_rate"] > 0  # the reaped job retries
+
+    claimed: list[Any] = []
+    assert wait_until(lambda: bool(claimed.extend(queue.claim(qname, "cli-test", lease=30))
+                                   or claimed), timeout=10)
+    assert queue.complete(claimed[0]) is True
+    assert int(portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
+                     env=env).stdout) == 0
+    time.sleep(0.05)
+    assert int(portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
+                     "succeeded", env=env).stdout) == 1
+    assert queue.jobs("succeeded", queue=qname) == []
+    assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]  # not named
+
+    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    assert (row["cancelled"], row["ready"], row["succeeded"]) == (1, 0, 0)
