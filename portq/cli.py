@@ -17,6 +17,7 @@ from typing import Any
 import portq
 from portq.errors import ConfigurationError, PortqError
 from portq.job import Job
+from portq.retry import Backoff
 from portq.worker import Worker
 
 DEFAULT_DEMO_URL = "sqlite:///portq-demo.sqlite3"
@@ -89,7 +90,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with _open(args) as q:
         q.backend.check_schema()
         worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
-                        burst=args.burst, grace=args.grace, install_signals=True)
+                        burst=args.burst, grace=args.grace, install_signals=True,
+                        backoff=Backoff(args.backoff, args.backoff_base, args.backoff_cap),
+                        idle_max=args.idle_max, reap_interval=args.reap_interval or None,
+                        reap_delay=args.reap_delay,
+                        prune_interval=args.prune_interval or None,
+                        prune_older_than=args.prune_older_than)
         stops = _start_worker_extras(args, q, worker)
         try:
             counters = worker.run()
@@ -358,6 +364,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long shutdown waits for running jobs before releasing them")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once the queues have no due ready and no running jobs")
+    p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],
+                   default="full_jitter", help="retry delay policy (default full_jitter)")
+    p.add_argument("--backoff-base", type=parse_duration, default=1.0,
+                   help="first retry's delay ceiling (default 1s)")
+    p.add_argument("--backoff-cap", type=parse_duration, default=3600.0,
+                   help="longest retry delay (default 1h)")
+    p.add_argument("--idle-max", type=parse_duration, default=2.0,
+                   help="longest sleep between polls of an empty queue (default 2s)")
+    p.add_argument("--reap-interval", type=parse_duration, default=10.0,
+                   help="how often this worker returns expired leases (0: never; default 10s)")
+    p.add_argument("--reap-delay", type=parse_duration, default=1.0,
+                   help="how long a returned job waits before it runs again (default 1s)")
+    p.add_argument("--prune-interval", type=parse_duration, default=3600.0,
+                   help="how often this worker deletes old finished jobs (0: never; "
+                        "default 1h)")
+    p.add_argument("--prune-older-than", type=parse_duration, default=7 * 86400.0,
+                   help="age of finished jobs the worker prunes (default 7d)")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
                    help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics")
     p.add_argument("--schedule", default=None, metavar="FILE",

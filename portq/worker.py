@@ -107,6 +107,13 @@ class Worker:
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.idle_min, self.idle_max = idle_min, idle_max
+        for what, value in (("reap_interval", reap_interval),
+                            ("prune_interval", prune_interval)):
+            if value is not None:
+                duration_ms(value, what)
+        duration_ms(reap_delay, "reap_delay", allow_zero=True)
+        duration_ms(prune_older_than, "prune_older_than", allow_zero=True)
+        duration_ms(grace, "grace", allow_zero=True)
         self.reap_interval, self.reap_delay = reap_interval, reap_delay
         self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
         self.grace = grace

@@ -7,6 +7,7 @@ real signals; every wait is bounded in time.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -259,12 +260,17 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
     killed = [claim_from_record(r) for r in held]
     assert counts(queue, qname)["running"] == 4
     killed_at = time.monotonic()
-    rescuer = quiet_worker(queue, qname, lambda job: None, lease=30, reap_interval=0.2,
-                           reap_delay=0, idle_min=0.01, idle_max=0.2)
-    with running(rescuer):
-        assert wait_until(lambda: counts(queue, qname)["succeeded"] == 6, timeout=30), \
-            counts(queue, qname)
+    # the rescuer is another worker process whose own reaper returns the expired leases;
+    # --burst makes it exit once nothing is ready or running
+    rescue_log = tmp_path / "rescuer.log"
+    with processes() as procs:
+        rescuer = worker_process(engine_url, qname, "record", tmp_path / "rescued.jsonl",
+                                 rescue_log, "--burst", "--reap-interval", "0.2",
+                                 "--reap-delay", "0", "--idle-max", "0.2", "--lease", "30")
+        procs.append(rescuer)
+        assert rescuer.wait(60) == 0, rescue_log.read_text()[-3000:]
     recovered_in = time.monotonic() - killed_at
+    assert counts(queue, qname)["succeeded"] == 6, counts(queue, qname)
     print(f"\n[{queue.backend.engine}] SIGKILLed worker's 4 jobs recovered and completed "
           f"{recovered_in:.2f}s after the kill (lease 1.5 s)")
     for claim in killed:
@@ -274,7 +280,10 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
     done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname)}
     assert set(done) == set(ids)
     assert all(done[c.job_id] == c.generation + 1 for c in killed)
-    assert rescuer.counters.reaped >= 4 and rescuer.counters.succeeded == 6
+    summary = json.loads(rescue_log.read_text().strip().splitlines()[-1])
+    assert summary["succeeded"] == 6
+    if queue.backend.engine == "sqlite":  # on shared servers another run may reap first
+        assert summary["reaped"] >= 4
 
 
 def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_url: str,
