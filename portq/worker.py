@@ -105,7 +105,8 @@ class Worker:
         self.batch = positive_int(batch if batch is not None else self.concurrency, "batch")
         self.backoff = backoff or queue.backoff
         if not 0 < idle_min <= idle_max:
-            raise ConfigurationError("need 0 < idle_min <= idle_max")
+            raise ConfigurationError(f"need 0 < idle_min <= idle_max, got idle_min={idle_min!r}"
+                                     f", idle_max={idle_max!r}")
         self.idle_min, self.idle_max = idle_min, idle_max
         for what, value in (("reap_interval", reap_interval),
                             ("prune_interval", prune_interval)):
