@@ -98,7 +98,7 @@ SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORD
 
 -- name: release
 UPDATE portq_job
-SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
     run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)

@@ -130,7 +130,7 @@ SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORD
 
 -- name: release
 UPDATE portq_job
-SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL,
+SET state = N'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
     run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
