@@ -88,6 +88,8 @@ SELECT :queue, JSON_OBJECT('n', g.n), :state, g.n % 3,
 FROM ({digits}) AS g
 WHERE g.n <= :count""",
 }
+#: engines whose table can be filled and whose claim plan can be read
+PLANNED_ENGINES = ("postgres", "sqlite", "mysql")
 _ANALYZE_SQL = {"postgres": "ANALYZE portq_job", "sqlite": "ANALYZE portq_job",
                 "mysql": "ANALYZE TABLE portq_job"}
 

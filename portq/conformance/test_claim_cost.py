@@ -22,6 +22,8 @@ FINISHED = 10_000
 def crowded_queue(queue: portq.Queue, qname: str) -> Iterator[str]:
     """``qname`` with READY ready jobs, beside two other busy queues and finished jobs."""
     backend = queue.backend
+    if backend.engine not in bench.PLANNED_ENGINES:
+        pytest.skip(f"portq bench has no table filler / plan reader for {backend.engine} yet")
     names = [qname, f"{qname}-b", f"{qname}-c"]
     try:
         bench.fill_jobs(backend, names[0], READY)
