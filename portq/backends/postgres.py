@@ -50,7 +50,7 @@ class PostgresBackend(SqlBackend):
         if state in _RETRYABLE:
             return ErrorKind.RETRYABLE
         if (state.startswith("08") or state in ("57P01", "57P02", "57P03")
-                or isinstance(exc, psycopg.OperationalError) and not state):
+                or (isinstance(exc, psycopg.OperationalError) and not state)):
             return ErrorKind.CONNECTION
         return ErrorKind.OTHER
 
