@@ -27,8 +27,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -37,7 +36,6 @@ import portq
 from portq.backends.base import SqlBackend
 from portq.errors import ConfigurationError
 from portq.job import Job
-from portq.pool import close_quietly
 from portq.queue import Queue
 from portq.sql import split_statements
 from portq.worker import Worker
@@ -147,26 +145,6 @@ def drop_tables(backend: SqlBackend) -> None:
         backend.run("bench.drop", drop)
 
 
-@contextmanager
-def rolled_back(backend: SqlBackend) -> Iterator[Any]:
-    """A cursor in a write transaction that is always rolled back."""
-    conn = backend.pool.acquire()
-    broken = False
-    try:
-        backend.begin(conn, True)
-        cur = conn.cursor()
-        try:
-            yield cur
-        finally:
-            close_quietly(cur)
-    finally:
-        try:
-            conn.rollback()
-        except Exception:  # noqa: BLE001 - a failed rollback: discard the connection
-            broken = True
-        backend.pool.release(conn, broken=broken)
-
-
 # ---- the claim's plan -----------------------------------------------------------------------
 
 @dataclass
@@ -193,7 +171,7 @@ def explain_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
     claim_sql = split_statements(backend.queries["claim"])[0]
     params = claim_params(queue, limit)
     index = f"{backend.prefix}job_ready_idx"
-    with rolled_back(backend) as cur:
+    with backend.transaction(commit=False) as cur:
         if backend.engine == "postgres":
             options = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
             row = backend.execute(cur, f"EXPLAIN ({options}) {claim_sql}", params).fetchone()
@@ -274,7 +252,7 @@ def time_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
     times: list[float] = []
     claimed = 0
     for _ in range(runs + 1):  # the first run warms the cache and is not counted
-        with rolled_back(backend) as cur:
+        with backend.transaction(commit=False) as cur:
             started = time.perf_counter()
             claimed = len(backend.claim_rows(cur, params))
             times.append((time.perf_counter() - started) * 1000)

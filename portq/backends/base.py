@@ -113,10 +113,11 @@ class SqlBackend(Backend):
         return cur
 
     @contextmanager
-    def transaction(self, write: bool = True,
-                    progress: TxProgress | None = None) -> Iterator[Any]:
+    def transaction(self, write: bool = True, progress: TxProgress | None = None,
+                    commit: bool = True) -> Iterator[Any]:
         """A cursor in one short transaction on a pooled connection; commit or roll back.
-        ``progress.committing`` is set once COMMIT is about to be sent."""
+        ``progress.committing`` is set once COMMIT is about to be sent. With
+        ``commit=False`` the transaction is always rolled back (plans, measurements)."""
         conn = self.pool.acquire()
         broken = False
         try:
@@ -126,6 +127,9 @@ class SqlBackend(Backend):
                 yield cur
             finally:
                 close_quietly(cur)
+            if not commit:
+                broken = self._rollback(conn, None)
+                return
             if progress is not None:
                 progress.committing = True
             conn.commit()
@@ -135,9 +139,10 @@ class SqlBackend(Backend):
         finally:
             self.pool.release(conn, broken=broken)
 
-    def _rollback(self, conn: Any, exc: BaseException) -> bool:
+    def _rollback(self, conn: Any, exc: BaseException | None) -> bool:
         """Roll back after ``exc``; return True when the connection must be discarded."""
-        broken = not isinstance(exc, Exception) or self.classify(exc) is ErrorKind.CONNECTION
+        broken = exc is not None and (not isinstance(exc, Exception)
+                                      or self.classify(exc) is ErrorKind.CONNECTION)
         try:
             conn.rollback()
         except Exception:  # noqa: BLE001 - a failed rollback: the connection is unusable

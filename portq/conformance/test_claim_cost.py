@@ -48,7 +48,7 @@ def test_claim_walks_the_ready_index_in_order(queue: portq.Queue, crowded_queue:
         f"{plan.nodes}\n{plan.text}"
     # the claim itself takes the first jobs of that order, from that queue only
     params = bench.claim_params(crowded_queue)
-    with bench.rolled_back(backend) as cur:
+    with backend.transaction(commit=False) as cur:
         rows = backend.claim_rows(cur, params)
     assert len(rows) == bench.CLAIM_LIMIT
     assert {row[1] for row in rows} == {crowded_queue}
