@@ -64,6 +64,11 @@ class Backend(ABC):
         """Mark the job succeeded if the claim still owns it; False means ownership was lost."""
 
     @abstractmethod
+    def complete_many(self, claims: Sequence[Claim]) -> list[bool]:
+        """:meth:`complete` for several claims in one transaction (one commit); each result
+        says whether that claim still owned its job."""
+
+    @abstractmethod
     def fail(self, claim: Claim, error: str, retry_in_ms: int | None) -> bool:
         """Back to ready after ``retry_in_ms``, or dead when attempts are spent or it is None."""
 

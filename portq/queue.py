@@ -228,6 +228,10 @@ class Queue:
         """Mark succeeded; False means ownership was lost and nothing was written."""
         return self.backend.complete(_claim_of(job))
 
+    def complete_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """Complete several jobs in one transaction; one result per job, as :meth:`complete`."""
+        return self.backend.complete_many([_claim_of(j) for j in jobs]) if jobs else []
+
     def fail(self, job: Job | Claim, error: str, *, retry_in: float | None = None) -> bool:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
         ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)

@@ -26,6 +26,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -68,6 +69,53 @@ class WorkerCounters:
 
     def as_dict(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+class GroupCommit:
+    """Completes jobs that finish at about the same time in one transaction.
+
+    The first handler thread to report becomes the leader and commits every completion
+    waiting at that moment in one transaction; completions that arrive meanwhile form the
+    next batch. Each caller still blocks until its own completion is committed and gets
+    its own result, so a worker's slots and ownership are exactly as with one transaction
+    per job — only the number of commits (and fsyncs) drops.
+    """
+
+    def __init__(self, queue: Queue, max_batch: int = 100) -> None:
+        self.queue = queue
+        self.max_batch = max_batch
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Job, Future[bool]]] = []
+        self._leading = False
+
+    def complete(self, job: Job) -> bool:
+        """Complete ``job`` (batched with others); raise what the database raised."""
+        future: Future[bool] = Future()
+        with self._lock:
+            self._pending.append((job, future))
+            lead = not self._leading
+            self._leading = True
+        if lead:
+            self._lead()
+        return future.result()
+
+    def _lead(self) -> None:
+        while True:
+            time.sleep(0)  # let handlers finishing right now join this batch
+            with self._lock:
+                batch = self._pending[:self.max_batch]
+                del self._pending[:self.max_batch]
+                if not batch:
+                    self._leading = False
+                    return
+            try:
+                results = self.queue.complete_many([job for job, _ in batch])
+            except Exception as exc:  # noqa: BLE001 - each caller decides how to retry
+                for _, future in batch:
+                    future.set_exception(exc)
+            else:
+                for (_, future), ok in zip(batch, results, strict=True):
+                    future.set_result(ok)
 
 
 def new_worker_id() -> str:
@@ -124,6 +172,8 @@ class Worker:
         self.heartbeat = heartbeat
         self.listen = listen
         self.counters = WorkerCounters()
+        self._group = GroupCommit(queue)
+        self.gather_seconds = 0.005
         # a pool big enough for every handler's report plus claim loop and heartbeat
         queue.backend.pool.resize(self.concurrency + 3)
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
@@ -210,12 +260,26 @@ class Worker:
                 continue
             if claimed:
                 idle_rounds = 0
+                self._gather_free_slots()
                 if self.busy >= self.concurrency:
                     self._sleep(self.idle_max)  # woken as soon as a slot frees
             else:
                 idle_rounds += 1
                 ceiling = min(self.idle_max, self.idle_min * 2 ** min(idle_rounds, 30))
                 self._sleep(random.uniform(ceiling / 2, ceiling))
+
+    def _gather_free_slots(self) -> None:
+        """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
+        that short jobs are claimed in batches rather than one claim transaction per
+        finished job. Never more jobs than free slots are claimed."""
+        want = max(1, min(self.batch, self.concurrency))
+        deadline = time.monotonic() + self.gather_seconds
+        while (not self._stopping.is_set() and self.concurrency - self.busy < want
+               and self.busy > 0):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._sleep(left)
 
     def _sleep(self, seconds: float) -> None:
         self._wake.wait(seconds)
@@ -319,7 +383,7 @@ class Worker:
         while True:
             try:
                 if outcome == "succeeded":
-                    ok = self.queue.complete(job)
+                    ok = self._group.complete(job)
                 else:
                     ok = self.queue.fail(job, error, retry_in=retry_in)
                 break

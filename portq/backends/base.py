@@ -326,7 +326,11 @@ class SqlBackend(Backend):
         return self._guarded("renew", {**self.guard(claim), "lease_ms": lease_ms})
 
     def complete(self, claim: Claim) -> bool:
-        return self._guarded("complete", self.guard(claim))
+        return self.complete_many([claim])[0]
+
+    def complete_many(self, claims: Sequence[Claim]) -> list[bool]:
+        return self.run("complete", lambda cur: [
+            self.execute(cur, "complete", self.guard(c)).rowcount == 1 for c in claims])
 
     def release(self, claim: Claim) -> bool:
         return self._guarded("release", self.guard(claim))

@@ -67,3 +67,16 @@ def test_release_returns_the_job_without_spending_an_attempt(queue: portq.Queue,
     assert b.id == a.id and b.attempt == a.attempt + 1 and b.max_attempts == 2
     assert queue.complete(a) is False
     assert queue.complete(b) is True
+
+
+def test_complete_many_fences_each_claim(queue: portq.Queue, qname: str) -> None:
+    """One transaction completes the owned jobs and refuses the stale one, per job."""
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+    a, b, c = sorted(queue.claim(qname, "worker-a", limit=3, lease=30), key=lambda j: j.id)
+    assert [a.id, b.id, c.id] == ids
+    assert queue.cancel(b.id)  # b's owner loses it
+    assert queue.complete_many([a, b, c]) == [True, False, True]
+    assert queue.complete_many([a, c]) == [False, False], "completed twice"
+    assert queue.complete_many([]) == []
+    got = counts(queue, qname)
+    assert (got["succeeded"], got["cancelled"], got["running"]) == (2, 1, 0)
