@@ -393,6 +393,10 @@ class Worker:
                               "the lease will expire and the job will run again",
                               job.id, job.attempt, self.worker_id, exc)
                     return
+                if not interrupted:
+                    log.warning("worker.db_error worker=%s error=%s: %s; retrying the %s "
+                                "report of job_id=%d until its lease ends", self.worker_id,
+                                type(exc).__name__, exc, outcome, job.id)
                 interrupted = True
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
