@@ -37,10 +37,11 @@ class Target:
     url: str | None
     reason: str = ""
     cleanup: list[Callable[[], None]] = field(default_factory=list)
+    name: str = ""  # test id when it differs from the engine (e.g. mysql8.4 in a container)
 
     @property
     def id(self) -> str:
-        return self.engine
+        return self.name or self.engine
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,6 +66,15 @@ def _default_targets() -> list[Target]:
                         ("oracle", "PORTQ_TEST_ORACLE_URL")):
         url = os.environ.get(var)
         targets.append(Target(engine, url) if url else _container_target(engine, var))
+    # MySQL 8.4 beside the local MariaDB: from PORTQ_TEST_MYSQL84_URL or, where Docker runs,
+    # a testcontainer; with neither, no target at all (MariaDB covers the mysql backend here)
+    mysql84 = os.environ.get("PORTQ_TEST_MYSQL84_URL")
+    if mysql84:
+        targets.append(Target("mysql", mysql84, name="mysql8.4"))
+    else:
+        found = _container_target("mysql", "PORTQ_TEST_MYSQL84_URL")
+        if found.url is not None:
+            targets.append(Target("mysql", found.url, cleanup=found.cleanup, name="mysql8.4"))
     return targets
 
 
