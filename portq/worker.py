@@ -236,12 +236,17 @@ class Worker:
         while not self._stopping.is_set():
             claimed = 0
             try:
+                tried = 0
                 for i in range(len(self.queues)):
                     free = self.concurrency - self.busy
                     if free <= 0:
                         break
-                    claimed += self._claim(self.queues[(start + i) % len(self.queues)], free)
-                start += 1
+                    # share the free slots among the queues still to be served this round
+                    share = -(-free // (len(self.queues) - i))
+                    claimed += self._claim(self.queues[(start + i) % len(self.queues)], share)
+                    tried += 1
+                if tried:  # a queue whose turn found no free slot keeps its turn
+                    start += 1
                 now = time.monotonic()
                 if self.reap_interval and now >= next_reap:
                     next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
