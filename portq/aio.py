@@ -39,7 +39,7 @@ from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_qu
 from portq.queue import connect as connect_sync
 from portq.retry import Backoff
 from portq.sql import bind
-from portq.worker import RetryAfter, WorkerCounters, new_worker_id
+from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
 AsyncHandler = Callable[[Job], Awaitable[Any]]
@@ -340,34 +340,31 @@ class AsyncWorker:
         self._wake.clear()
 
     async def _claim_loop(self) -> None:
-        idle_rounds, start = 0, 0
+        pacing = Pacing(self.queues, self.idle_min, self.idle_max)
         while not self._stopping.is_set():
-            claimed = 0
+            claimed = tried = 0
             try:
-                for i in range(len(self.queues)):
+                turns = pacing.turns()
+                for i, name in enumerate(turns):
                     free = self.concurrency - self.inflight
                     if free <= 0:
                         break
-                    claimed += await self._claim(self.queues[(start + i) % len(self.queues)],
-                                                 free)
-                start += 1
+                    claimed += await self._claim(name, pacing.share(free, len(turns) - i))
+                    tried += 1
+                pacing.finish_round(tried, claimed)
                 if self.burst and not claimed and not self.inflight and await self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
-                idle_rounds += 1
-                delay = min(5.0, self.idle_min * 2 ** idle_rounds) * random.uniform(0.5, 1)
+                delay = pacing.error_delay()
                 log.warning("worker.db_error worker=%s error=%s: %s; retrying in %.2fs",
                             self.worker_id, type(exc).__name__, exc, delay)
                 await self._sleep(delay)
                 continue
             if claimed:
-                idle_rounds = 0
                 if self.inflight >= self.concurrency:
                     await self._sleep(self.idle_max)  # woken when a handler finishes
             else:
-                idle_rounds += 1
-                ceiling = min(self.idle_max, self.idle_min * 2 ** min(idle_rounds, 30))
-                await self._sleep(random.uniform(ceiling / 2, ceiling))
+                await self._sleep(pacing.idle_delay())
 
     async def _claim(self, name: str, free: int) -> int:
         started = time.perf_counter()

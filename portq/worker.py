@@ -71,6 +71,47 @@ class WorkerCounters:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
+class Pacing:
+    """The claim loop's decisions, shared by :class:`Worker` and ``portq.aio.AsyncWorker``:
+    which queue's turn comes first, how many free slots each queue of a round may claim,
+    and how long to sleep when the queues are empty or the database fails."""
+
+    def __init__(self, queues: Sequence[str], idle_min: float, idle_max: float) -> None:
+        self.queues = list(queues)
+        self.idle_min, self.idle_max = idle_min, idle_max
+        self._start = 0
+        self._idle_rounds = 0
+
+    def turns(self) -> list[str]:
+        """This round's queues, round-robin."""
+        n = len(self.queues)
+        return [self.queues[(self._start + i) % n] for i in range(n)]
+
+    @staticmethod
+    def share(free: int, queues_left: int) -> int:
+        """Free slots one queue may claim when ``queues_left`` still wait their turn."""
+        return -(-free // queues_left)
+
+    def finish_round(self, tried: int, claimed: int) -> None:
+        """Rotate (unless no queue got a turn: it keeps it) and track idleness."""
+        if tried:
+            self._start += 1
+        if claimed:
+            self._idle_rounds = 0
+
+    def idle_delay(self) -> float:
+        """A growing, jittered sleep for an empty round: uniform(c/2, c), c up to idle_max."""
+        self._idle_rounds += 1
+        ceiling = min(self.idle_max, self.idle_min * 2.0 ** min(self._idle_rounds, 30))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def error_delay(self) -> float:
+        """A growing, jittered sleep after a database error, capped at 5 s."""
+        self._idle_rounds += 1
+        ceiling = min(5.0, self.idle_min * 2.0 ** min(self._idle_rounds, 30))
+        return ceiling * random.uniform(0.5, 1.0)
+
+
 class GroupCommit:
     """Completes jobs that finish at about the same time in one transaction.
 
@@ -229,24 +270,20 @@ class Worker:
     # ---- the claim loop -----------------------------------------------------------------
 
     def _claim_loop(self) -> None:
-        idle_rounds = 0
-        start = 0
+        pacing = Pacing(self.queues, self.idle_min, self.idle_max)
         next_reap = time.monotonic() + random.uniform(0, self.reap_interval or 0)
         next_prune = time.monotonic() + random.uniform(0, self.prune_interval or 0)
         while not self._stopping.is_set():
-            claimed = 0
+            claimed = tried = 0
             try:
-                tried = 0
-                for i in range(len(self.queues)):
+                turns = pacing.turns()
+                for i, name in enumerate(turns):
                     free = self.concurrency - self.busy
                     if free <= 0:
                         break
-                    # share the free slots among the queues still to be served this round
-                    share = -(-free // (len(self.queues) - i))
-                    claimed += self._claim(self.queues[(start + i) % len(self.queues)], share)
+                    claimed += self._claim(name, pacing.share(free, len(turns) - i))
                     tried += 1
-                if tried:  # a queue whose turn found no free slot keeps its turn
-                    start += 1
+                pacing.finish_round(tried, claimed)
                 now = time.monotonic()
                 if self.reap_interval and now >= next_reap:
                     next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
@@ -257,21 +294,17 @@ class Worker:
                 if self.burst and claimed == 0 and self.busy == 0 and self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
-                idle_rounds += 1
-                delay = min(5.0, self.idle_min * 2 ** idle_rounds) * random.uniform(0.5, 1)
+                delay = pacing.error_delay()
                 log.warning("worker.db_error worker=%s error=%s: %s; retrying in %.2fs",
                             self.worker_id, type(exc).__name__, exc, delay)
                 self._sleep(delay)
                 continue
             if claimed:
-                idle_rounds = 0
                 self._gather_free_slots()
                 if self.busy >= self.concurrency:
                     self._sleep(self.idle_max)  # woken as soon as a slot frees
             else:
-                idle_rounds += 1
-                ceiling = min(self.idle_max, self.idle_min * 2 ** min(idle_rounds, 30))
-                self._sleep(random.uniform(ceiling / 2, ceiling))
+                self._sleep(pacing.idle_delay())
 
     def _gather_free_slots(self) -> None:
         """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
