@@ -83,6 +83,18 @@ class SqlBackend(Backend):
         """Map a driver exception to an :class:`ErrorKind`."""
         raise NotImplementedError
 
+    #: the engine's error codes (numbers, SQLSTATEs, ...) for each kind, for :meth:`kind_of`
+    error_codes: ClassVar[dict[ErrorKind, frozenset[object]]] = {}
+
+    def kind_of(self, *codes: object) -> ErrorKind | None:
+        """The first of unique, check, retryable, connection whose codes include one of
+        ``codes``; None when none does."""
+        for kind in (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE,
+                     ErrorKind.CONNECTION):
+            if any(code in self.error_codes.get(kind, ()) for code in codes):
+                return kind
+        return None
+
     def begin(self, conn: Any, write: bool) -> None:
         """Start a transaction on a pooled connection (most drivers do so implicitly);
         ``write`` is False for transactions that only read."""

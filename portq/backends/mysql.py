@@ -21,13 +21,17 @@ from portq.errors import ConfigurationError, DatabaseError
 from portq.sql import split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
-_UNIQUE = {1062, 1586}              # ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME
-_CHECK = {3819, 4025, 1048, 3140}   # check violation (MySQL, MariaDB), NOT NULL, bad JSON (MySQL)
-_RETRYABLE = {1213, 1205, 3572}     # deadlock, lock wait timeout, NOWAIT lock not available
-_CONNECTION = {
-    2002, 2003, 2006, 2013, 2055,   # client: cannot connect, gone away, lost connection
-    1040, 1053,                     # too many connections, server shutdown in progress
-    1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
+_ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
+    ErrorKind.UNIQUE: frozenset({1062, 1586}),  # ER_DUP_ENTRY, ER_DUP_ENTRY_WITH_KEY_NAME
+    # check violation (MySQL 3819, MariaDB 4025), NOT NULL, invalid JSON (MySQL)
+    ErrorKind.CHECK: frozenset({3819, 4025, 1048, 3140}),
+    # deadlock, lock wait timeout, NOWAIT lock not available
+    ErrorKind.RETRYABLE: frozenset({1213, 1205, 3572}),
+    ErrorKind.CONNECTION: frozenset({
+        2002, 2003, 2006, 2013, 2055,   # client: cannot connect, gone away, lost connection
+        1040, 1053,                     # too many connections, server shutdown in progress
+        1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
+    }),
 }
 # URL query options passed to pymysql.connect, converted to the type it expects.
 _INT_OPTIONS = {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet"}
@@ -44,6 +48,7 @@ SESSION_SETUP = ("SET time_zone = '+00:00', "
 class MysqlBackend(SqlBackend):
     engine = "mysql"
     paramstyle = "pyformat"
+    error_codes = _ERROR_CODES
     driver_module = "pymysql"
     #: seconds migrate() waits for another process's migration to finish
     migration_lock_timeout_s = 60
@@ -71,15 +76,10 @@ class MysqlBackend(SqlBackend):
         if not isinstance(exc, pymysql.err.MySQLError):
             return ErrorKind.OTHER
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        if code in _UNIQUE:
-            return ErrorKind.UNIQUE
-        if code in _CHECK:
-            return ErrorKind.CHECK
-        if code in _RETRYABLE:
-            return ErrorKind.RETRYABLE
-        if code in _CONNECTION or (code == 0 and isinstance(exc, pymysql.err.OperationalError)):
-            return ErrorKind.CONNECTION
-        return ErrorKind.OTHER
+        kind = self.kind_of(code)
+        if kind is None and code == 0 and isinstance(exc, pymysql.err.OperationalError):
+            kind = ErrorKind.CONNECTION
+        return kind or ErrorKind.OTHER
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:

@@ -30,14 +30,18 @@ log = logging.getLogger("portq.backend")
 DEFAULT_PORT = 1521
 ID_CHUNK = 500                      # ids per IN (...) list: Oracle allows at most 1000
 
-_UNIQUE = {1}                       # ORA-00001 unique constraint violated
-_CHECK = {2290, 1400, 1407}         # check constraint, NULL into / update to NOT NULL
-_RETRYABLE = {60, 54, 8177, 30006}  # deadlock, resource busy, serialization, WAIT timeout
-_CONNECTION = {
-    28, 1012, 1089, 1092, 3113, 3114, 3122, 3135,   # session killed, not logged on, ...
-    12170, 12514, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
+_ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
+    ErrorKind.UNIQUE: frozenset({1}),              # ORA-00001 unique constraint violated
+    # check constraint, NULL into / update to NOT NULL
+    ErrorKind.CHECK: frozenset({2290, 1400, 1407}),
+    # deadlock, resource busy, serialization, WAIT timeout
+    ErrorKind.RETRYABLE: frozenset({60, 54, 8177, 30006}),
+    ErrorKind.CONNECTION: frozenset({
+        28, 1012, 1089, 1092, 3113, 3114, 3122, 3135,   # session killed, not logged on, ...
+        12170, 12514, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
+        "DPY-1001", "DPY-4011", "DPY-6000", "DPY-6005",  # python-oracledb: not connected, ...
+    }),
 }
-_CONNECTION_DPY = {"DPY-1001", "DPY-4011", "DPY-6000", "DPY-6005"}
 # "ORA-00955: name is already used by an existing object" and friends: tolerated by migrate
 _ALREADY_EXISTS = {955, 1408, 1430, 2260, 2261, 2264, 2275}
 _ORA = re.compile(r"\bORA-(\d{5})\b")
@@ -74,6 +78,7 @@ def _lobs_as_strings(cursor: Any, metadata: Any) -> Any:
 class OracleBackend(SqlBackend):
     engine = "oracle"
     paramstyle = "named"
+    error_codes = _ERROR_CODES
     driver_module = "oracledb"
 
     def __init__(self, url: DatabaseURL, **kw: Any) -> None:
@@ -91,17 +96,11 @@ class OracleBackend(SqlBackend):
         if not isinstance(exc, oracledb.Error):
             return ErrorKind.OTHER
         code, full = oracle_codes(exc)
-        if code in _UNIQUE:
-            return ErrorKind.UNIQUE
-        if code in _CHECK:
-            return ErrorKind.CHECK
-        if code in _RETRYABLE:
-            return ErrorKind.RETRYABLE
+        kind = self.kind_of(code, full)
         err = exc.args[0] if exc.args else None
-        if (code in _CONNECTION or full in _CONNECTION_DPY
-                or getattr(err, "is_session_dead", False)):
-            return ErrorKind.CONNECTION
-        return ErrorKind.OTHER
+        if kind is None and getattr(err, "is_session_dead", False):
+            kind = ErrorKind.CONNECTION
+        return kind or ErrorKind.OTHER
 
     # ---- schema -------------------------------------------------------------------------
 

@@ -16,13 +16,21 @@ from portq.backends.base import ErrorKind, SqlBackend
 from portq.pool import close_quietly
 from portq.protocol import NewJob
 
-_RETRYABLE = {"40P01", "40001", "55P03"}   # deadlock, serialization failure, lock not available
+_ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
+    ErrorKind.UNIQUE: frozenset({"23505"}),
+    ErrorKind.CHECK: frozenset({"23514", "23502"}),       # check, not null
+    # deadlock, serialization failure, lock not available
+    ErrorKind.RETRYABLE: frozenset({"40P01", "40001", "55P03"}),
+    # admin shutdown, crash shutdown, cannot connect now (class 08 is matched by prefix)
+    ErrorKind.CONNECTION: frozenset({"57P01", "57P02", "57P03"}),
+}
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 
 
 class PostgresBackend(SqlBackend):
     engine = "postgres"
     paramstyle = "pyformat"
+    error_codes = _ERROR_CODES
     driver_module = "psycopg"
 
     def connect(self) -> Any:
@@ -43,16 +51,11 @@ class PostgresBackend(SqlBackend):
         if not isinstance(exc, psycopg.Error):
             return ErrorKind.OTHER
         state = exc.sqlstate or ""
-        if state == "23505":
-            return ErrorKind.UNIQUE
-        if state in ("23514", "23502"):
-            return ErrorKind.CHECK
-        if state in _RETRYABLE:
-            return ErrorKind.RETRYABLE
-        if (state.startswith("08") or state in ("57P01", "57P02", "57P03")
-                or (isinstance(exc, psycopg.OperationalError) and not state)):
-            return ErrorKind.CONNECTION
-        return ErrorKind.OTHER
+        kind = self.kind_of(state)
+        if kind is None and (state.startswith("08") or (
+                isinstance(exc, psycopg.OperationalError) and not state)):
+            kind = ErrorKind.CONNECTION
+        return kind or ErrorKind.OTHER
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
         """Many jobs in one INSERT ... SELECT FROM jsonb_to_recordset ... ON CONFLICT

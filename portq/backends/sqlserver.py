@@ -27,15 +27,19 @@ from portq.url import DatabaseURL
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
 DEFAULT_LOGIN_TIMEOUT_S = 10
 
-_UNIQUE = {2627, 2601}              # unique constraint / unique index violation
-_CHECK = {547, 515}                 # CHECK/FOREIGN KEY constraint, NULL into NOT NULL
-_RETRYABLE = {1205, 1222, 3960}     # deadlock victim, lock timeout, snapshot update conflict
-_CONNECTION = {
-    233, 10053, 10054, 10060, 10061,  # no process on the pipe, TCP reset/abort/timeout/refused
-    40197, 40501, 40613,              # Azure SQL: service error, busy, database unavailable
+# native error numbers and SQLSTATEs (strings) by kind
+_ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
+    ErrorKind.UNIQUE: frozenset({2627, 2601}),  # unique constraint / unique index violation
+    ErrorKind.CHECK: frozenset({547, 515}),     # CHECK/FOREIGN KEY constraint, NULL into NOT NULL
+    # deadlock victim, lock timeout, snapshot update conflict, serialization failure
+    ErrorKind.RETRYABLE: frozenset({1205, 1222, 3960, "40001"}),
+    ErrorKind.CONNECTION: frozenset({
+        233, 10053, 10054, 10060, 10061,  # no process on the pipe, TCP reset/abort/timeout/...
+        40197, 40501, 40613,              # Azure SQL: service error, busy, database unavailable
+        # SQLSTATEs of a lost or unusable connection (08S01 communication link failure, ...)
+        "08S01", "08001", "08003", "08004", "08007",
+    }),
 }
-# SQLSTATEs of a lost or unusable connection (08S01 communication link failure, ...)
-_CONNECTION_STATES = {"08S01", "08001", "08003", "08004", "08007"}
 # "... message text. (2627) (SQLExecDirectW)": the native error precedes the ODBC call name
 _NATIVE = re.compile(r"\((-?\d+)\)\s*\(SQL[A-Za-z]+\)")
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]*$")
@@ -72,6 +76,7 @@ def sqlstate(exc: BaseException) -> str:
 class SqlServerBackend(SqlBackend):
     engine = "sqlserver"
     paramstyle = "qmark"
+    error_codes = _ERROR_CODES
     driver_module = "pyodbc"
 
     def __init__(self, url: DatabaseURL, **kw: Any) -> None:
@@ -129,19 +134,12 @@ class SqlServerBackend(SqlBackend):
     def classify(self, exc: BaseException) -> ErrorKind:
         if type(exc).__module__ != "pyodbc":
             return ErrorKind.OTHER
-        state, codes = sqlstate(exc), set(native_errors(exc))
-        if codes & _UNIQUE:
-            return ErrorKind.UNIQUE
-        if codes & _CHECK:
-            return ErrorKind.CHECK
-        if codes & _RETRYABLE or state == "40001":
-            return ErrorKind.RETRYABLE
+        kind = self.kind_of(*native_errors(exc), sqlstate(exc))
         text = str(exc).lower()
-        if (codes & _CONNECTION or state in _CONNECTION_STATES
-                or "communication link failure" in text or "closed connection" in text
-                or "connection has been closed" in text):
-            return ErrorKind.CONNECTION
-        return ErrorKind.OTHER
+        if kind is None and ("communication link failure" in text or "closed connection" in text
+                             or "connection has been closed" in text):
+            kind = ErrorKind.CONNECTION
+        return kind or ErrorKind.OTHER
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:
