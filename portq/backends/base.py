@@ -206,8 +206,8 @@ class SqlBackend(Backend):
                     if version <= current:
                         continue
                     for stmt in statements:
-                        cur.execute(stmt)
-                    self.execute(cur, "record_version", {"version": version})
+                        self.run_ddl(cur, stmt)
+                    self.record_version(cur, version)
                     log.info("migrated %s schema to version %d", self.engine, version)
                     current = version
                 return current
@@ -216,6 +216,14 @@ class SqlBackend(Backend):
     def create_version_table(self, cur: Any) -> None:
         """Create the schema-version table if it is missing (idempotent)."""
         self.execute(cur, "create_version_table")
+
+    def run_ddl(self, cur: Any, statement: str) -> None:
+        """Run one statement of a migration."""
+        cur.execute(statement)
+
+    def record_version(self, cur: Any, version: int) -> None:
+        """Record that migration ``version`` has been applied."""
+        self.execute(cur, "record_version", {"version": version})
 
     def _read_version(self, cur: Any) -> int:
         row = self.execute(cur, "schema_version").fetchone()

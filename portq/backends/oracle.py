@@ -22,7 +22,6 @@ import oracledb
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError
-from portq.sql import load_migrations
 from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
@@ -104,38 +103,27 @@ class OracleBackend(SqlBackend):
 
     # ---- schema -------------------------------------------------------------------------
 
-    def migrate(self) -> int:
-        """Like :meth:`SqlBackend.migrate`, for DDL that commits as it runs: each statement
-        stands alone, and one whose object already exists is skipped, so a concurrent or an
-        interrupted migration completes instead of failing."""
-        def go(cur: Any) -> int:
-            self.create_version_table(cur)
-            current = self._read_version(cur)
-            for version, statements in load_migrations(self.engine, self.prefix):
-                if version <= current:
-                    continue
-                for stmt in statements:
-                    self._ddl(cur, stmt)
-                try:
-                    self.execute(cur, "record_version", {"version": version})
-                except oracledb.Error as exc:
-                    if self.classify(exc) is not ErrorKind.UNIQUE:
-                        raise   # else another process recorded it first
-                log.info("migrated %s schema to version %d", self.engine, version)
-                current = version
-            return current
-        return self.run("migrate", go, retry=False)
+    # Oracle DDL commits as it runs, so a migration is not atomic: each statement stands
+    # alone, and one whose object already exists is skipped, so that a concurrent or an
+    # interrupted migration completes instead of failing.
+
+    def record_version(self, cur: Any, version: int) -> None:
+        try:
+            super().record_version(cur, version)
+        except oracledb.Error as exc:
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise   # else another process recorded it first
 
     def create_version_table(self, cur: Any) -> None:
-        self._ddl(cur, self.queries["create_version_table"])
+        self.run_ddl(cur, self.queries["create_version_table"])
 
-    def _ddl(self, cur: Any, stmt: str) -> None:
+    def run_ddl(self, cur: Any, statement: str) -> None:
         try:
-            cur.execute(stmt)
+            cur.execute(statement)
         except oracledb.Error as exc:
             if oracle_codes(exc)[0] not in _ALREADY_EXISTS:
                 raise
-            log.info("oracle: skipped, already exists: %s", stmt.split("(")[0].strip())
+            log.info("oracle: skipped, already exists: %s", statement.split("(")[0].strip())
 
     # ---- enqueue ------------------------------------------------------------------------
 
