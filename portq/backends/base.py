@@ -83,6 +83,21 @@ class SqlBackend(Backend):
         """Map a driver exception to an :class:`ErrorKind`."""
         raise NotImplementedError
 
+    @staticmethod
+    def set_up_session(conn: Any, setup: Callable[[Any], object]) -> Any:
+        """Run ``setup(cursor)`` on a new connection and commit; close it if that fails."""
+        try:
+            cur = conn.cursor()
+            try:
+                setup(cur)
+            finally:
+                close_quietly(cur)
+            conn.commit()
+        except BaseException:
+            close_quietly(conn)
+            raise
+        return conn
+
     #: the engine's error codes (numbers, SQLSTATEs, ...) for each kind, for :meth:`kind_of`
     error_codes: ClassVar[dict[ErrorKind, frozenset[object]]] = {}
 

@@ -60,15 +60,8 @@ class MysqlBackend(SqlBackend):
         self.steps = {name: split_statements(sql) for name, sql in self.queries.items()}
 
     def connect(self) -> Any:
-        conn = pymysql.connect(**self.connect_options)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(SESSION_SETUP)
-            conn.commit()
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return self.set_up_session(pymysql.connect(**self.connect_options),
+                                   lambda cur: cur.execute(SESSION_SETUP))
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, pymysql.err.InterfaceError):

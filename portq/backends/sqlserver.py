@@ -121,15 +121,7 @@ class SqlServerBackend(SqlBackend):
                     f"'{DEFAULT_DRIVER}', or FreeTDS (tdsodbc) and add ?driver=FreeTDS "
                     "to the URL") from None
             raise
-        try:
-            cur = conn.cursor()
-            self.execute(cur, "session_setup")
-            cur.close()
-            conn.commit()
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return self.set_up_session(conn, lambda cur: self.execute(cur, "session_setup"))
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if type(exc).__module__ != "pyodbc":
