@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 import time
 import traceback
@@ -31,11 +30,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend
+from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
-from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_queue
+from portq.queue import (
+    Queue,
+    _claim_of,
+    duration_ms,
+    positive_int,
+    validate_queue,
+    validate_worker_id,
+)
 from portq.queue import connect as connect_sync
 from portq.retry import Backoff
 from portq.sql import bind
@@ -117,7 +123,7 @@ class AsyncQueue:
                 kind = self.backend.classify(exc)
                 if kind is ErrorKind.RETRYABLE and attempt < self.backend.max_retries:
                     attempt += 1
-                    await asyncio.sleep(random.uniform(0, min(1.0, 0.005 * 2 ** attempt)))
+                    await asyncio.sleep(conflict_delay(attempt))
                     continue
                 if kind is ErrorKind.CONNECTION:
                     raise ConnectionLost(f"{op}: lost the connection to {self.url}: "
@@ -183,8 +189,7 @@ class AsyncQueue:
             return await asyncio.to_thread(self.queue.claim, queue, worker_id, limit=limit,
                                            lease=lease)
         validate_queue(queue)
-        if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
-            raise ConfigurationError("worker_id must be a string of 1-200 characters")
+        validate_worker_id(worker_id)
         params = {"queue": queue, "worker_id": worker_id,
                   "limit": positive_int(limit, "limit"), "lease_ms": duration_ms(lease, "lease")}
 

@@ -47,6 +47,13 @@ def validate_queue(name: str) -> str:
     return name
 
 
+def validate_worker_id(worker_id: str) -> str:
+    """Return ``worker_id`` if it is a string of 1-200 characters."""
+    if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
+        raise ConfigurationError("worker_id must be a string of 1-200 characters")
+    return worker_id
+
+
 def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
     """``value`` as an int that is > 0 (or >= 0), else a :class:`ConfigurationError`."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -215,8 +222,7 @@ class Queue:
               lease: float = 30.0) -> list[Job]:
         """Claim up to ``limit`` due jobs of one queue for ``lease`` seconds."""
         validate_queue(queue)
-        if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
-            raise ConfigurationError("worker_id must be a string of 1-200 characters")
+        validate_worker_id(worker_id)
         return self.backend.claim(queue, worker_id, positive_int(limit, "limit"),
                                   duration_ms(lease, "lease"))
 

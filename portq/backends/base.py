@@ -32,6 +32,12 @@ T = TypeVar("T")
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue"; never a valid queue name
 
 
+def conflict_delay(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based) of a transaction that hit a
+    deadlock, serialization failure, lock timeout or busy database: full jitter, 1 s cap."""
+    return random.uniform(0, min(1.0, 0.005 * 2 ** attempt))
+
+
 class ErrorKind(enum.Enum):
     """What a driver exception means to portq, whatever the engine."""
 
@@ -199,7 +205,7 @@ class SqlBackend(Backend):
                     continue
                 if kind is ErrorKind.RETRYABLE and retry and attempt < self.max_retries:
                     attempt += 1
-                    delay = random.uniform(0, min(1.0, 0.005 * 2 ** attempt))
+                    delay = conflict_delay(attempt)
                     log.debug("%s: transient conflict (%s), retry %d in %.3fs",
                               op, exc, attempt, delay)
                     time.sleep(delay)
