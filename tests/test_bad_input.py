@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import portq
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import counts, run_portq
 from portq.conformance.plugin import TEST_PREFIX
 from portq.worker import Worker
 
@@ -37,9 +37,8 @@ PASSWORD = "S3cretPw!"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the real ``portq`` command in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "portq.cli", *args], capture_output=True,
-                          text=True, timeout=120)
+    """Run the real ``portq`` command in a subprocess, whatever its exit code."""
+    return run_portq(*args, check=False)
 
 
 def rows_where(queue: portq.Queue, where: str, params: dict[str, Any]) -> int:

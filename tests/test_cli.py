@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from portq.conformance.helpers import wait_until
+from portq.conformance.helpers import run_portq, wait_until
 
 HANDLER = '''
 import json, os
@@ -22,49 +19,38 @@ def handle(job):
 '''
 
 
-def portq(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-          check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "portq.cli", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, **(env or {})}, cwd=cwd)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"portq {args} exited {proc.returncode}: {proc.stderr}")
-    return proc
-
-
 def test_enqueue_worker_stats_round_trip(engine_url: str, qname: str, tmp_path: Path) -> None:
     (tmp_path / "cli_handlers.py").write_text(HANDLER)
     out = tmp_path / "out.jsonl"
     env = {"PORTQ_URL": engine_url, "PORTQ_TEST_OUT": str(out)}
     prefix = ["--prefix", "portqt_"]
-    portq("migrate", *prefix, env=env)
-    first = int(portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
-                      "--key", qname + "-a", env=env).stdout)
-    again = int(portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
-                      "--key", qname + "-a", env=env).stdout)
-    second = int(portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
-                       "--priority", "5", env=env).stdout)
-    later = int(portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
+    run_portq("migrate", *prefix, env=env)
+    first = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
+                          "--key", qname + "-a", env=env).stdout)
+    again = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
+                          "--key", qname + "-a", env=env).stdout)
+    second = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
+                           "--priority", "5", env=env).stdout)
+    later = int(run_portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
     assert first == again and len({first, second, later}) == 3
-    portq("worker", *prefix, "--queue", qname, "--handler", "cli_handlers:handle", "--burst",
-          "--concurrency", "2", env=env, cwd=tmp_path)
+    run_portq("worker", *prefix, "--queue", qname, "--handler", "cli_handlers:handle", "--burst",
+              "--concurrency", "2", env=env, cwd=tmp_path)
     ran = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["id"], json.dumps(r["payload"])) for r in ran) == sorted(
         [(first, '{"n": 1}'), (second, "[1, 2]")])
-    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert (row["succeeded"], row["scheduled"], row["ready"], row["running"]) == (2, 1, 0, 0)
-    table = portq("stats", *prefix, "--queue", qname, env=env).stdout
+    table = run_portq("stats", *prefix, "--queue", qname, env=env).stdout
     assert qname in table and "oldest_ready_age_s" in table
 
 
 def test_url_is_required_and_errors_are_clear(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PORTQ_URL"}
-    proc = subprocess.run([sys.executable, "-m", "portq.cli", "stats"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = run_portq("stats", env={"PORTQ_URL": None}, check=False, timeout=60)
     assert proc.returncode == 2 and "no database URL" in proc.stderr
-    proc = portq("stats", "mongodb://h/db", check=False)
+    proc = run_portq("stats", "mongodb://h/db", check=False)
     assert proc.returncode == 2 and "unknown database engine 'mongodb'" in proc.stderr
-    proc = portq("enqueue", f"sqlite:///{tmp_path}/x.db", "--queue", "q", "--payload", "{bad",
-                 check=False)
+    proc = run_portq("enqueue", f"sqlite:///{tmp_path}/x.db", "--queue", "q", "--payload", "{bad",
+                     check=False)
     assert proc.returncode == 2 and "--payload is not valid JSON" in proc.stderr
 
 
@@ -76,8 +62,8 @@ def test_durations(text: str) -> None:
 
 
 def test_demo_on_sqlite(tmp_path: Path) -> None:
-    proc = portq("demo", f"sqlite:///{tmp_path}/demo.db", "--jobs", "300", "--workers", "2",
-                 cwd=tmp_path)
+    proc = run_portq("demo", f"sqlite:///{tmp_path}/demo.db", "--jobs", "300", "--workers", "2",
+                     cwd=tmp_path)
     report = json.loads(proc.stdout)
     assert report["counters"]["succeeded"] == 300
     assert report["claim_complete_jobs_per_s"] > 0
@@ -92,21 +78,21 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     dead_id = queue.enqueue(qname, {"n": "dead"}, max_attempts=1)
     (job,) = queue.claim(qname, "cli-test", limit=1, lease=30)
     assert queue.fail(job, "boom: no such customer", retry_in=None) is True
-    listed = json.loads(portq("jobs", *prefix, "--state", "dead", "--queue", qname, "--json",
-                              env=env).stdout)
+    listed = json.loads(run_portq("jobs", *prefix, "--state", "dead", "--queue", qname, "--json",
+                                  env=env).stdout)
     assert [(r["id"], r["state"], r["last_error"]) for r in listed] == [
         (dead_id, "dead", "boom: no such customer")]
-    assert str(dead_id) in portq("jobs", *prefix, "--queue", qname, env=env).stdout
+    assert str(dead_id) in run_portq("jobs", *prefix, "--queue", qname, env=env).stdout
 
-    assert portq("retry", *prefix, str(dead_id), "--extra-attempts", "2", env=env).stdout \
+    assert run_portq("retry", *prefix, str(dead_id), "--extra-attempts", "2", env=env).stdout \
         .strip() == "retried"
     (again,) = queue.jobs("ready", queue=qname)
     assert (again.id, again.attempts, again.max_attempts) == (dead_id, 1, 3)
-    refused = portq("retry", *prefix, str(dead_id), env=env, check=False)
+    refused = run_portq("retry", *prefix, str(dead_id), env=env, check=False)
     assert refused.returncode == 1 and "not dead or cancelled" in refused.stdout
 
-    assert portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == "cancelled"
-    refused = portq("cancel", *prefix, str(dead_id), env=env, check=False)
+    assert run_portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == "cancelled"
+    refused = run_portq("cancel", *prefix, str(dead_id), env=env, check=False)
     assert refused.returncode == 1 and "not ready or running" in refused.stdout
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]
 
@@ -116,11 +102,11 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     # on a shared server another test run's worker may reap this table first; the SQLite
     # file is this session's own
     alone = queue.backend.engine == "sqlite"
-    assert int(portq("reap", *prefix, "--delay", "0", env=env).stdout) >= (1 if alone else 0)
+    assert int(run_portq("reap", *prefix, "--delay", "0", env=env).stdout) >= (1 if alone else 0)
     (reaped,) = queue.jobs("ready", queue=qname)
     assert reaped.id == expired_id and reaped.last_error is not None
     assert "lease expired" in reaped.last_error
-    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert row["ready"] == 1 and row["oldest_ready_age_s"] is not None
     assert row["retry_rate"] is not None and row["retry_rate"] > 0  # the reaped job retries
 
@@ -128,13 +114,13 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     assert wait_until(lambda: bool(claimed.extend(queue.claim(qname, "cli-test", lease=30))
                                    or claimed), timeout=10)
     assert queue.complete(claimed[0]) is True
-    assert int(portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
-                     env=env).stdout) == 0
+    assert int(run_portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
+                         env=env).stdout) == 0
     time.sleep(0.05)
-    assert int(portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
-                     "succeeded", env=env).stdout) == 1
+    assert int(run_portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
+                         "succeeded", env=env).stdout) == 1
     assert queue.jobs("succeeded", queue=qname) == []
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]  # not named
 
-    (row,) = json.loads(portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
+    (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert (row["cancelled"], row["ready"], row["succeeded"]) == (1, 0, 0)

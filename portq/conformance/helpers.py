@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import portq
@@ -39,3 +43,21 @@ def raw_update(queue: portq.Queue, sql: str, params: dict[str, Any]) -> ErrorKin
     except Exception as exc:  # noqa: BLE001 - the test inspects what the engine said
         return backend.classify(exc)
     return None
+
+
+def run_portq(*args: str, env: Mapping[str, str | None] | None = None,
+              cwd: Path | None = None, check: bool = True,
+              timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the real ``portq`` command in a subprocess. ``env`` overrides this process's
+    environment (a None value removes the variable); ``check`` fails on a non-zero exit."""
+    environ = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    proc = subprocess.run([sys.executable, "-m", "portq.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, env=environ, cwd=cwd)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"portq {args} exited {proc.returncode}: {proc.stderr}")
+    return proc
