@@ -375,9 +375,7 @@ class AsyncWorker:
         started = time.perf_counter()
         jobs = await self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
                                       lease=self.lease)
-        self.counters.claim_seconds.append(time.perf_counter() - started)
-        if len(self.counters.claim_seconds) > 10_000:
-            del self.counters.claim_seconds[:5_000]
+        self.counters.record_claim(time.perf_counter() - started)
         for job in jobs:
             task = asyncio.create_task(self._execute(job), name=f"portq-job-{job.id}")
             self._inflight[job.id] = (job, task)

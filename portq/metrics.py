@@ -3,7 +3,7 @@
 The format is small and stable (``# HELP``/``# TYPE`` lines, then ``name{labels} value``),
 so portq writes it itself rather than requiring ``prometheus_client``. Counters come from
 :class:`portq.worker.WorkerCounters`; claim latency is a histogram fed by the worker's
-``counters.claim_seconds``; queue depth and the oldest ready job's age are read from
+``counters.claim_observers``; queue depth and the oldest ready job's age are read from
 :meth:`portq.Queue.stats` at scrape time (by the database clock)::
 
     server = serve_metrics(queue, worker, port=9464)   # http://127.0.0.1:9464/metrics
@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -63,24 +63,6 @@ class Histogram:
         return out
 
 
-class ObservedDurations(list[float]):
-    """A list that also feeds every appended duration to a :class:`Histogram`.
-
-    It replaces ``worker.counters.claim_seconds``: the worker keeps appending (and
-    trimming) as before, while the histogram keeps cumulative counts.
-    """
-
-    def __init__(self, histogram: Histogram, initial: Iterable[float] = ()) -> None:
-        super().__init__()
-        self.histogram = histogram
-        for value in initial:
-            self.append(value)
-
-    def append(self, value: float) -> None:
-        self.histogram.observe(value)
-        super().append(value)
-
-
 class WorkerMetrics:
     """Renders one worker's counters and its queues' stats as Prometheus text."""
 
@@ -88,8 +70,9 @@ class WorkerMetrics:
         self.queue = queue
         self.worker = worker
         self.claim_latency = Histogram()
-        worker.counters.claim_seconds = ObservedDurations(
-            self.claim_latency, worker.counters.claim_seconds)
+        for seconds in worker.counters.claim_seconds:  # claims made before metrics started
+            self.claim_latency.observe(seconds)
+        worker.counters.claim_observers.append(self.claim_latency.observe)
 
     def render(self) -> str:
         counters: WorkerCounters = self.worker.counters

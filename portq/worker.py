@@ -66,9 +66,19 @@ class WorkerCounters:
     reaped: int = 0
     pruned: int = 0
     claim_seconds: list[float] = field(default_factory=list, repr=False)
+    #: called with every claim's duration (e.g. a metrics histogram)
+    claim_observers: list[Callable[[float], None]] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+    def record_claim(self, seconds: float) -> None:
+        """Keep one claim's duration (the most recent 5,000-10,000) and tell the observers."""
+        self.claim_seconds.append(seconds)
+        if len(self.claim_seconds) > 10_000:
+            del self.claim_seconds[:5_000]
+        for observe in self.claim_observers:
+            observe(seconds)
 
 
 class Pacing:
@@ -142,7 +152,6 @@ class GroupCommit:
 
     def _lead(self) -> None:
         while True:
-            time.sleep(0)  # let handlers finishing right now join this batch
             with self._lock:
                 batch = self._pending[:self.max_batch]
                 del self._pending[:self.max_batch]
@@ -331,9 +340,7 @@ class Worker:
         started = time.perf_counter()
         jobs = self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
                                 lease=self.lease)
-        self.counters.claim_seconds.append(time.perf_counter() - started)
-        if len(self.counters.claim_seconds) > 10_000:
-            del self.counters.claim_seconds[:5_000]
+        self.counters.record_claim(time.perf_counter() - started)
         with self._lock:
             for job in jobs:
                 self._inflight[job.id] = job
