@@ -95,7 +95,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         idle_max=args.idle_max, reap_interval=args.reap_interval or None,
                         reap_delay=args.reap_delay,
                         prune_interval=args.prune_interval or None,
-                        prune_older_than=args.prune_older_than)
+                        prune_older_than=args.prune_older_than, prefetch=args.prefetch,
+                        ack_delay=args.ack_delay)
         stops = _start_worker_extras(args, q, worker)
         try:
             counters = worker.run()
@@ -310,14 +311,23 @@ def _sizes(text: str) -> list[tuple[int, int | None]]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _positive(text: str) -> int:
+def _integer(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    if value < minimum:
+        bound = "> 0" if minimum == 1 else f">= {minimum}"
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _integer(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _integer(text, 0)
 
 
 def _port(text: str) -> int:
@@ -362,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,
                    help="how long shutdown waits for running jobs before releasing them")
+    p.add_argument("--prefetch", type=_non_negative, default=0,
+                   help="jobs claimed ahead of free handler threads (default 0); they are "
+                        "leased while they wait and given back when shutdown starts")
+    p.add_argument("--ack-delay", type=parse_duration, default=None,
+                   help="write completions in the background, batched, at most this long "
+                        "after the handler returns (e.g. 0s, 10ms); default: the handler's "
+                        "thread waits for its own commit")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once the queues have no due ready and no running jobs")
     p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],

@@ -10,10 +10,17 @@ queues' channels, NOTIFY sent by enqueue at commit) cuts those sleeps short, whi
 stays the correctness path. SIGTERM/SIGINT (when ``install_signals``) stop claiming, wait
 up to ``grace`` seconds for running jobs, then release the rest to ready (the attempt is
 given back); a second signal exits at once.
+
+Two opt-in knobs trade a little of that simplicity for throughput on short jobs:
+``prefetch`` lets a worker hold up to ``concurrency + prefetch`` claimed jobs, the extra
+ones leased and renewed while they wait for a handler thread (released at once when
+shutdown starts); ``ack_delay`` lets a handler thread move on as soon as its job returns,
+its completion written with others in one transaction at most ``ack_delay`` seconds later.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -184,7 +191,8 @@ class Worker:
                  prune_older_than: float = 7 * 86400.0, grace: float = 30.0,
                  burst: bool = False, worker_id: str | None = None,
                  install_signals: bool = False, heartbeat: bool = True,
-                 listen: bool = True) -> None:
+                 listen: bool = True, prefetch: int = 0,
+                 ack_delay: float | None = None) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -200,7 +208,13 @@ class Worker:
         self.concurrency = positive_int(concurrency, "concurrency")
         self.lease_ms = duration_ms(lease, "lease")
         self.lease = self.lease_ms / 1000
-        self.batch = positive_int(batch if batch is not None else self.concurrency, "batch")
+        self.prefetch = positive_int(prefetch, "prefetch", allow_zero=True)
+        #: most jobs this worker owns at once: running, waiting for a thread, or for an ack
+        self.capacity = self.concurrency + self.prefetch
+        self.batch = positive_int(batch if batch is not None else self.capacity, "batch")
+        if ack_delay is not None:
+            duration_ms(ack_delay, "ack_delay", allow_zero=True)
+        self.ack_delay = ack_delay
         self.backoff = backoff or queue.backoff
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError(f"need 0 < idle_min <= idle_max, got idle_min={idle_min!r}"
@@ -227,14 +241,17 @@ class Worker:
         # a pool big enough for every handler's report plus claim loop and heartbeat
         queue.backend.pool.resize(self.concurrency + 3)
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
-        self._busy = 0  # slots taken: claimed jobs whose handler has not returned
+        self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
+        self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
         self._lock = threading.Lock()
         self._tasks: stdqueue.Queue[Job | None] = stdqueue.Queue()
+        self._acks: stdqueue.Queue[Job | None] = stdqueue.Queue()
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._done = threading.Event()
         self._signals = 0
         self._threads: list[threading.Thread] = []
+        self._ack_thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
         return f"Worker({self.worker_id!r}, queues={self.queues}, url={self.queue.url!r})"
@@ -271,10 +288,18 @@ class Worker:
 
     @property
     def busy(self) -> int:
-        """Handler slots in use (a job whose ownership was lost holds its slot until its
-        handler returns, so a worker never runs more than ``concurrency`` handlers)."""
+        """Claimed jobs whose handler has not returned: running, or (with ``prefetch``)
+        waiting for a handler thread. A job whose ownership was lost counts until its
+        handler returns, so a worker never runs more than ``concurrency`` handlers."""
         with self._lock:
             return self._busy
+
+    @property
+    def held(self) -> int:
+        """Jobs counted against ``capacity``: :attr:`busy` plus completions not yet
+        written (``ack_delay``)."""
+        with self._lock:
+            return self._busy + len(self._acking)
 
     # ---- the claim loop -----------------------------------------------------------------
 
@@ -287,7 +312,7 @@ class Worker:
             try:
                 turns = pacing.turns()
                 for i, name in enumerate(turns):
-                    free = self.concurrency - self.busy
+                    free = self.capacity - self.held
                     if free <= 0:
                         break
                     claimed += self._claim(name, pacing.share(free, len(turns) - i))
@@ -300,7 +325,7 @@ class Worker:
                 if self.prune_interval and now >= next_prune:
                     next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
                     self._prune()
-                if self.burst and claimed == 0 and self.busy == 0 and self._drained():
+                if self.burst and claimed == 0 and self.held == 0 and self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
                 delay = pacing.error_delay()
@@ -310,7 +335,7 @@ class Worker:
                 continue
             if claimed:
                 self._gather_free_slots()
-                if self.busy >= self.concurrency:
+                if self.held >= self.capacity:
                     self._sleep(self.idle_max)  # woken as soon as a slot frees
             else:
                 self._sleep(pacing.idle_delay())
@@ -319,10 +344,10 @@ class Worker:
         """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
         that short jobs are claimed in batches rather than one claim transaction per
         finished job. Never more jobs than free slots are claimed."""
-        want = max(1, min(self.batch, self.concurrency))
+        want = max(1, min(self.batch, self.capacity))
         deadline = time.monotonic() + self.gather_seconds
-        while (not self._stopping.is_set() and self.concurrency - self.busy < want
-               and self.busy > 0):
+        while (not self._stopping.is_set() and self.capacity - self.held < want
+               and self.held > 0):
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -375,6 +400,8 @@ class Worker:
     def _start_threads(self) -> None:
         for n in range(self.concurrency):
             self._spawn(self._run_tasks, f"portq-handler-{n}")
+        if self.ack_delay is not None:
+            self._ack_thread = self._spawn(self._ack_loop, "portq-acks")
         if self.heartbeat:
             self._spawn(self._heartbeat, "portq-heartbeat")
         if self.listen:
@@ -382,21 +409,23 @@ class Worker:
             if listener is not None:
                 self._spawn(lambda: self._listen(listener), "portq-listen")
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
+    def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)
         t.start()
         self._threads.append(t)
+        return t
 
     def _run_tasks(self) -> None:
         while True:
             job = self._tasks.get()
             if job is None:
                 return
+            handed_off = False
             try:
-                self._execute(job)
+                handed_off = self._execute(job)
             finally:
                 with self._lock:
-                    if self._inflight.get(job.id) is job:
+                    if not handed_off and self._inflight.get(job.id) is job:
                         del self._inflight[job.id]
                     self._busy -= 1
                 self._wake.set()
@@ -405,7 +434,8 @@ class Worker:
         with self._lock:
             return self._inflight.get(job.id) is job
 
-    def _execute(self, job: Job) -> None:
+    def _execute(self, job: Job) -> bool:
+        """Run the handler and report; True when the completion was left to the ack thread."""
         try:
             self.handler(job)
         except Permanent as exc:
@@ -416,35 +446,58 @@ class Worker:
             summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
             self._report(job, "retry", summary, self.backoff.delay(job.attempt))
         else:
-            self._report(job, "succeeded", "", None)
+            if self.ack_delay is None:
+                self._report(job, "succeeded", "", None)
+                return False
+            with self._lock:
+                if self._inflight.get(job.id) is not job:
+                    return False  # released or lost meanwhile; its new owner reports
+                self._acking[job.id] = job
+            self._acks.put(job)
+            return True
+        return False
 
     def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """Write the outcome, retrying through connection trouble until the lease ends."""
         if not self._owned(job):
             return  # released or lost meanwhile; its new owner reports
+        if outcome == "succeeded":
+            written = self._write([job], lambda: [self._group.complete(job)])
+        else:
+            written = self._write([job], lambda: [self.queue.fail(job, error,
+                                                                  retry_in=retry_in)])
+        if written is not None:
+            self._record(job, outcome, written[0][0], written[1], error, retry_in)
+
+    def _write(self, jobs: Sequence[Job], write: Callable[[], list[bool]]
+               ) -> tuple[list[bool], bool] | None:
+        """``write()`` retried through connection trouble until the jobs' lease ends: its
+        results and whether an earlier try was cut (and may have committed after all), or
+        None when the lease ran out first (the jobs will run again)."""
         deadline = time.monotonic() + self.lease
         delay = 0.05
         interrupted = False  # a write cut during COMMIT may have committed after all
         while True:
             try:
-                if outcome == "succeeded":
-                    ok = self._group.complete(job)
-                else:
-                    ok = self.queue.fail(job, error, retry_in=retry_in)
-                break
+                return write(), interrupted
             except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                ids = ",".join(str(j.id) for j in jobs)
                 if time.monotonic() + delay >= deadline:
-                    log.error("job.report_failed job_id=%d generation=%d worker=%s error=%s; "
-                              "the lease will expire and the job will run again",
-                              job.id, job.attempt, self.worker_id, exc)
-                    return
+                    log.error("job.report_failed job_id=%s worker=%s error=%s; the lease "
+                              "will expire and the job will run again", ids,
+                              self.worker_id, exc)
+                    return None
                 if not interrupted:
-                    log.warning("worker.db_error worker=%s error=%s: %s; retrying the %s "
-                                "report of job_id=%d until its lease ends", self.worker_id,
-                                type(exc).__name__, exc, outcome, job.id)
+                    log.warning("worker.db_error worker=%s error=%s: %s; retrying the report "
+                                "of job_id=%s until its lease ends", self.worker_id,
+                                type(exc).__name__, exc, ids)
                 interrupted = True
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _record(self, job: Job, outcome: str, ok: bool, interrupted: bool, error: str,
+                retry_in: float | None) -> None:
+        """Count and log one written outcome."""
         if not ok:
             self.counters.lost += 1
             log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
@@ -466,6 +519,40 @@ class Worker:
             log.info("job.retry job_id=%d queue=%s generation=%d worker=%s in=%.2fs error=%s",
                      job.id, job.queue, job.attempt, self.worker_id, retry_in,
                      error.strip().splitlines()[-1] if error.strip() else "")
+
+    def _ack_loop(self) -> None:
+        """With ``ack_delay``: write the completions handed over by handler threads, each
+        batch (up to ``GroupCommit.max_batch``) in one transaction, the first of a batch
+        waiting at most ``ack_delay`` seconds. A None in the queue flushes and stops."""
+        stop = False
+        while not stop:
+            first = self._acks.get()
+            if first is None:
+                return
+            batch = [first]
+            deadline = time.monotonic() + (self.ack_delay or 0.0)
+            while len(batch) < self._group.max_batch:
+                try:
+                    job = self._acks.get(timeout=max(0.0, deadline - time.monotonic()))
+                except stdqueue.Empty:
+                    break
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            with self._lock:  # a job lost meanwhile (renewal refused) is not reported
+                owned = [j for j in batch if self._inflight.get(j.id) is j]
+            written = self._write(owned, functools.partial(self.queue.complete_many, owned))
+            with self._lock:
+                for job in batch:
+                    del self._acking[job.id]
+                    if self._inflight.get(job.id) is job:
+                        del self._inflight[job.id]
+            if written is not None:
+                results, interrupted = written
+                for job, ok in zip(owned, results, strict=True):
+                    self._record(job, "succeeded", ok, interrupted, "", None)
+            self._wake.set()
 
     def _heartbeat(self) -> None:
         while not self._done.wait(self.lease / 3):
@@ -510,24 +597,54 @@ class Worker:
 
     def _shutdown(self) -> None:
         self._stopping.set()
+        self._release(self._unstarted(), "not started")
         deadline = time.monotonic() + self.grace
-        while self.inflight and time.monotonic() < deadline:
+        while self._running_owned() and time.monotonic() < deadline:
             time.sleep(0.05)
-        with self._lock:
-            leftover = list(self._inflight.values())
-            self._inflight.clear()
-        for job in leftover:
-            try:
-                if self.queue.release(job):
-                    self.counters.released += 1
-                    log.warning("job.released job_id=%d queue=%s generation=%d worker=%s",
-                                job.id, job.queue, job.attempt, self.worker_id)
-            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
-                log.error("job.release_failed job_id=%d worker=%s error=%s",
-                          job.id, self.worker_id, exc)
+        with self._lock:  # handlers still running after the grace: give their jobs back
+            leftover = [j for j in self._inflight.values() if j.id not in self._acking]
+            for job in leftover:
+                del self._inflight[job.id]
+        self._release(leftover, "grace over")
+        if self._ack_thread is not None:
+            self._acks.put(None)  # write the completions still waiting, then stop
+            self._ack_thread.join()
         self._done.set()
         for _ in range(self.concurrency):
             self._tasks.put(None)
+
+    def _running_owned(self) -> int:
+        with self._lock:
+            return len(self._inflight) - len(self._acking)
+
+    def _unstarted(self) -> list[Job]:
+        """Take the prefetched jobs no handler thread has started, no longer owning them."""
+        jobs = []
+        while True:
+            try:
+                job = self._tasks.get_nowait()
+            except stdqueue.Empty:
+                break
+            if job is not None:
+                jobs.append(job)
+        with self._lock:
+            for job in jobs:
+                if self._inflight.get(job.id) is job:
+                    del self._inflight[job.id]
+                self._busy -= 1
+        return jobs
+
+    def _release(self, jobs: Sequence[Job], why: str) -> None:
+        """Give ``jobs`` back to ready (the attempt is given back too)."""
+        for job in jobs:
+            try:
+                if self.queue.release(job):
+                    self.counters.released += 1
+                    log.warning("job.released job_id=%d queue=%s generation=%d worker=%s "
+                                "(%s)", job.id, job.queue, job.attempt, self.worker_id, why)
+            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
+                log.error("job.release_failed job_id=%d worker=%s error=%s",
+                          job.id, self.worker_id, exc)
 
     def _install_signal_handlers(self) -> Callable[[], None] | None:
         if threading.current_thread() is not threading.main_thread():

@@ -113,6 +113,9 @@ def test_option_limits_are_validated(engine_url: str, queue: portq.Queue, qname:
                      lambda: queue.cancel(0), lambda: queue.claim(qname, ""),
                      lambda: Worker(queue, qname, print, lease=0),
                      lambda: Worker(queue, qname, print, concurrency=0),
+                     lambda: Worker(queue, qname, print, prefetch=-1),
+                     lambda: Worker(queue, qname, print, ack_delay=-0.5),
+                     lambda: Worker(queue, qname, print, ack_delay=math.nan),
                      lambda: Worker(queue, [], print)):
         with pytest.raises(portq.ConfigurationError):
             bad_call()
@@ -156,6 +159,8 @@ def test_cli_rejects_bad_input_and_writes_nothing(engine_url: str, queue: portq.
          "lease must be > 0"),
         (["worker", *base, "--queue", qname, "--handler", "json:loads", "--concurrency=-2"],
          "must be > 0"),
+        (["worker", *base, "--queue", qname, "--handler", "json:loads", "--prefetch=-1"],
+         "must be >= 0"),
     ]
     for args, message in cases:
         proc = cli(*args)

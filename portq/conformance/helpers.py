@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import portq
 from portq.backends.base import ErrorKind
+from portq.job import Job
+from portq.worker import Worker
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,
@@ -61,3 +65,24 @@ def run_portq(*args: str, env: Mapping[str, str | None] | None = None,
     if check and proc.returncode != 0:
         raise AssertionError(f"portq {args} exited {proc.returncode}: {proc.stderr}")
     return proc
+
+
+def quiet_worker(queue: portq.Queue, names: Sequence[str] | str,
+                 handler: Callable[[Job], Any], **options: Any) -> Worker:
+    """A Worker with maintenance off unless asked for (tests share one database)."""
+    options.setdefault("reap_interval", None)
+    options.setdefault("prune_interval", None)
+    return Worker(queue, names, handler, **options)
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[Worker]:
+    """Run ``worker`` on a thread for the duration of the block; stop and join it after."""
+    thread = threading.Thread(target=worker.run, name="portq-test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(worker.grace + 30)
+        assert not thread.is_alive(), "worker did not stop"

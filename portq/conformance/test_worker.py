@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,39 +24,18 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, wait_until
+from portq.conformance.helpers import counts, quiet_worker, running, wait_until
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.worker_handlers import claim_from_record, read_records
 from portq.errors import Permanent
 from portq.job import Job
 from portq.retry import Backoff
-from portq.worker import RetryAfter, Worker
+from portq.worker import RetryAfter
 
 HANDLERS = "portq.conformance.worker_handlers"
 
 
 # ---- helpers --------------------------------------------------------------------------------
-
-def quiet_worker(queue: portq.Queue, names: Sequence[str] | str,
-                 handler: Callable[[Job], Any], **options: Any) -> Worker:
-    """A Worker with maintenance off unless asked for (tests share one database)."""
-    options.setdefault("reap_interval", None)
-    options.setdefault("prune_interval", None)
-    return Worker(queue, names, handler, **options)
-
-
-@contextmanager
-def running(worker: Worker) -> Iterator[Worker]:
-    """Run ``worker`` on a thread for the duration of the block; stop and join it after."""
-    thread = threading.Thread(target=worker.run, name="portq-test-worker", daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(worker.grace + 30)
-        assert not thread.is_alive(), "worker did not stop"
-
 
 def worker_process(engine_url: str, qname: str, handler: str, record: Path, log: Path,
                    *args: str, sleep: float = 0.0) -> subprocess.Popen[bytes]:
