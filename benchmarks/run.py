@@ -6,7 +6,9 @@
 * portq (`portq.bench`) on SQLite, PostgreSQL and MariaDB: enqueue, throughput,
   claim latency vs table size;
 * a raw-SQL ceiling on PostgreSQL: portq's own claim and complete statements driven by a
-  minimal psycopg loop (one thread and connection per worker, no pool, no Worker);
+  minimal psycopg loop (one thread and connection per worker, no pool, no Worker), in two
+  forms: one commit per completed job (`complete`), and one statement and commit for each
+  claimed batch (`complete_many`, what portq's pipelined mode writes);
 * procrastinate and pgqueuer on the same PostgreSQL, installed only into
   benchmarks/.venv-peers by this script (never portq dependencies); matplotlib for the
   plots lives there too.
@@ -43,6 +45,7 @@ DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "benchmarks"
 PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+RAW_COMPLETES = ("complete", "complete_many")
 
 
 def log(message: str) -> None:
@@ -63,14 +66,17 @@ def peers_python() -> Path:
     return python
 
 
-def raw_ceiling(url: str, jobs: int, workers: int, batch: int) -> dict[str, Any]:
-    """portq's claim and complete SQL in a bare psycopg loop: the cost of the SQL alone."""
+def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
+                complete: str = "complete") -> dict[str, Any]:
+    """portq's claim and complete SQL in a bare psycopg loop: the cost of the SQL alone.
+    ``complete`` is ``complete`` (one statement and commit per job) or ``complete_many``
+    (one statement and commit per claimed batch)."""
     with portq.connect(url, prefix=bench.BENCH_PREFIX) as queue:
         backend = queue.backend
         queue.migrate()
         name = f"bench-raw-{uuid.uuid4().hex[:8]}"
         bench.bulk_enqueue(queue, name, jobs)
-        claim_sql, complete_sql = backend.queries["claim"], backend.queries["complete"]
+        claim_sql, complete_sql = backend.queries["claim"], backend.queries[complete]
         kwargs = backend.connect_kwargs()  # type: ignore[attr-defined]
         done = [0] * workers
 
@@ -84,12 +90,17 @@ def raw_ceiling(url: str, jobs: int, workers: int, batch: int) -> dict[str, Any]
                     conn.commit()
                     if not rows:
                         return
-                    for row in rows:
-                        done_sql = bind(complete_sql, {"job_id": row[0], "generation": row[4],
-                                                       "worker_id": worker_id}, "pyformat")
-                        conn.execute(done_sql.sql, done_sql.params)
+                    guards = [{"job_id": row[0], "generation": row[4],
+                               "worker_id": worker_id} for row in rows]
+                    if complete == "complete_many":
+                        many = bind(complete_sql, {"claims": json.dumps(guards)}, "pyformat")
+                        done[slot] += len(conn.execute(many.sql, many.params).fetchall())
                         conn.commit()
-                        done[slot] += 1
+                        continue
+                    for guard in guards:
+                        one = bind(complete_sql, guard, "pyformat")
+                        done[slot] += conn.execute(one.sql, one.params).rowcount
+                        conn.commit()
 
         threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
         started = time.perf_counter()
@@ -99,8 +110,8 @@ def raw_ceiling(url: str, jobs: int, workers: int, batch: int) -> dict[str, Any]
             t.join()
         elapsed = time.perf_counter() - started
         queue.prune(0, limit=jobs + 1, queue=name)
-    return {"engine": "postgres", "workers": workers, "batch": batch, "jobs": jobs,
-            "succeeded": sum(done), "seconds": round(elapsed, 4),
+    return {"engine": "postgres", "complete": complete, "workers": workers, "batch": batch,
+            "jobs": jobs, "succeeded": sum(done), "seconds": round(elapsed, 4),
             "jobs_per_s": round(sum(done) / elapsed, 1)}
 
 
@@ -120,7 +131,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             log(out["notes"][-1])
     if "postgres" in engines:
         log("raw-SQL ceiling on postgres")
-        out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20) for w in workers]
+        out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20, complete)
+                      for complete in RAW_COMPLETES for w in workers]
     if not args.skip_peers:
         try:
             python = peers_python()
@@ -142,28 +154,39 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def rate(rows: list[dict[str, Any]], workers: int, batch: int | None = None) -> float | None:
+def rate(rows: list[dict[str, Any]], workers: int, batch: int | None = None,
+         **match: str) -> float | None:
     for r in rows:
-        if r.get("workers") == workers and (batch is None or r.get("batch") == batch):
+        if r.get("workers") == workers and (batch is None or r.get("batch") == batch) and \
+                all(r.get(k) == v for k, v in match.items()):
             return r.get("jobs_per_s")
     return None
 
 
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
-    """The targets of the report, from this run's numbers."""
+    """The targets of the report, from this run's numbers, for both Worker modes: the
+    default against the raw loop that commits each completion, the pipelined mode against
+    the raw loop that completes each batch in one statement."""
     pg = res["engines"].get("postgres", {})
     tp = pg.get("throughput", [])
-    portq4 = max(filter(None, [rate(tp, 4, 1), rate(tp, 4, 20)]), default=None)
+    portq4 = {"default": max(filter(None, [rate(tp, 4, 1, mode="default"),
+                                           rate(tp, 4, 20, mode="default")]), default=None),
+              "pipelined": rate(tp, 4, 20, mode="pipelined")}
+    raw4 = {"default": rate(res["raw"], 4, complete="complete"),
+            "pipelined": rate(res["raw"], 4, complete="complete_many")}
     peers = {p["peer"]: p for p in res["peers"] if p.get("workers") == 4 and "jobs_per_s" in p}
-    raw4 = rate(res["raw"], 4)
     bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
                 None)
     out: dict[str, Any] = {"portq_4_workers": portq4, "bulk_enqueue": bulk}
-    for peer in ("procrastinate", "pgqueuer"):
-        if portq4 and peer in peers:
-            out[f"vs_{peer}"] = round(portq4 / peers[peer]["jobs_per_s"], 2)
-    if portq4 and raw4:
-        out["vs_raw"] = round(portq4 / raw4, 2)
+    for mode, mine in portq4.items():
+        if not mine:
+            continue
+        for peer in ("procrastinate", "pgqueuer"):
+            if peer in peers:
+                out[f"{mode}_vs_{peer}"] = round(mine / peers[peer]["jobs_per_s"], 2)
+        ceiling = raw4[mode]
+        if ceiling:
+            out[f"{mode}_vs_raw"] = round(mine / ceiling, 2)
     return out
 
 
@@ -185,16 +208,22 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         lines.append(f"- not run: {note}")
     r = ratios(res)
     lines += ["## Targets (PostgreSQL, this run)", "",
-              "| target | result |", "|---|---|"]
-    if "vs_procrastinate" in r:
-        lines.append(f"| portq >= 2x procrastinate at 4 workers | {r['vs_procrastinate']}x |")
-    if "vs_pgqueuer" in r:
-        lines.append(f"| portq >= 1x pgqueuer at 4 workers | {r['vs_pgqueuer']}x |")
-    if "vs_raw" in r:
-        lines.append(f"| portq >= 70% of the raw-SQL ceiling at 4 workers | "
-                     f"{r['vs_raw'] * 100:.0f}% |")
+              "Two Worker modes (see Throughput): `default` claims no more jobs than it has "
+              "free handler threads and each thread waits for its completion's commit; "
+              "`pipelined` adds `prefetch` (twice the batch) and background, batched "
+              "acknowledgements (`ack_delay=0`). The raw ceiling of each mode is portq's "
+              "SQL as that mode writes it.", "",
+              "| target | default | pipelined |", "|---|---|---|"]
+
+    def cells(key: str, fmt: str) -> str:
+        return " | ".join(fmt.format(r[f"{m}_{key}"]) if f"{m}_{key}" in r else "-"
+                          for m in ("default", "pipelined"))
+    lines.append(f"| portq >= 2x procrastinate at 4 workers | {cells('vs_procrastinate', '{}x')} |")
+    lines.append(f"| portq >= 1x pgqueuer at 4 workers | {cells('vs_pgqueuer', '{}x')} |")
+    lines.append("| portq >= 70% of its raw-SQL ceiling at 4 workers | "
+                 f"{cells('vs_raw', '{:.0%}')} |")
     if r.get("bulk_enqueue"):
-        lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s |")
+        lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s | |")
     lines.append("")
 
     lines += ["## Claim latency vs table size", "",
@@ -215,23 +244,31 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                          f"{'yes' if c['ordered_walk'] else 'NO'} | {' → '.join(c['nodes'])} |")
     lines += ["", "## Throughput: claim + complete, no-op handler", "",
               f"{res['jobs']:,} jobs per run; portq = one `portq.worker.Worker` with N "
-              "handler threads and claim batch B; raw = portq's claim (batch 20) and "
-              "complete SQL in a bare psycopg loop, N threads; procrastinate = one worker "
-              "with concurrency N; pgqueuer = N QueueManagers (default batch 10).", "",
-              "| system | batch | " + " | ".join(f"{w} workers" for w in res["workers"]) + " |",
-              "|---|---|" + "---|" * len(res["workers"])]
+              "handler threads and claim batch B, in the `default` mode or `pipelined` "
+              "(`prefetch=2B, ack_delay=0`); raw = portq's claim (batch 20) and complete SQL "
+              "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
+              "each batch's (`complete_many`); procrastinate = one worker with concurrency N; "
+              "pgqueuer = N QueueManagers (default batch 10, buffered acknowledgements).", "",
+              "| system | mode | batch | " +
+              " | ".join(f"{w} workers" for w in res["workers"]) + " |",
+              "|---|---|---|" + "---|" * len(res["workers"])]
+
+    def row(label: str, mode: str, batch: str, cells: list[float | None]) -> str:
+        return (f"| {label} | {mode} | {batch} | " +
+                " | ".join(f"{c:,.0f}" if c else "-" for c in cells) + " |")
     for engine, rep in res["engines"].items():
-        for b in sorted({t["batch"] for t in rep.get("throughput", [])}):
-            cells = [rate(rep["throughput"], w, b) for w in res["workers"]]
-            lines.append(f"| portq {engine} | {b} | " +
-                         " | ".join(f"{c:,.0f}" if c else "-" for c in cells) + " |")
-    if res["raw"]:
-        lines.append("| raw SQL postgres | 20 | " + " | ".join(
-            f"{rate(res['raw'], w):,.0f}" for w in res["workers"]) + " |")
+        tp = rep.get("throughput", [])
+        for mode, b in sorted({(t.get("mode", "default"), t["batch"]) for t in tp}):
+            lines.append(row(f"portq {engine}", mode, str(b),
+                             [rate(tp, w, b, mode=mode) for w in res["workers"]]))
+    for complete in RAW_COMPLETES:
+        if any(r.get("complete") == complete for r in res["raw"]):
+            lines.append(row("raw SQL postgres", f"`{complete}`", "20",
+                             [rate(res["raw"], w, complete=complete) for w in res["workers"]]))
     for peer in sorted({p["peer"] for p in res["peers"]}):
         rows = [p for p in res["peers"] if p["peer"] == peer]
-        lines.append(f"| {peer} postgres | - | " + " | ".join(
-            f"{rate(rows, w):,.0f}" if rate(rows, w) else "error" for w in res["workers"]) + " |")
+        lines.append(row(f"{peer} postgres", "its default", "-",
+                         [rate(rows, w) for w in res["workers"]]))
     lines += ["", "## Enqueue", "", "| system | mode | jobs | jobs/s |", "|---|---|---|---|"]
     for engine, rep in res["engines"].items():
         for e in rep.get("enqueue", []):
@@ -295,16 +332,22 @@ ax.set_title("Claim latency vs table size")
 fig.tight_layout(); fig.savefig(f"{out}/claim_latency.png", dpi=110)
 fig, ax = plt.subplots(figsize=(7, 4))
 ws = res["workers"]
-def rate(rows, w, b=None):
+def rate(rows, w, b=None, **match):
     for r in rows:
-        if r.get("workers") == w and (b is None or r.get("batch") == b):
+        if r.get("workers") == w and (b is None or r.get("batch") == b) and \
+                all(r.get(k, "default") == v for k, v in match.items()):
             return r.get("jobs_per_s")
 for engine, rep in res["engines"].items():
-    for b in sorted({t["batch"] for t in rep.get("throughput", [])}):
-        ax.plot(ws, [rate(rep["throughput"], w, b) for w in ws], marker="o",
-                label=f"portq {engine} batch {b}")
-if res["raw"]:
-    ax.plot(ws, [rate(res["raw"], w) for w in ws], "k--", marker="s", label="raw SQL (pg)")
+    tp = rep.get("throughput", [])
+    for mode, b in sorted({(t.get("mode", "default"), t["batch"]) for t in tp}):
+        ax.plot(ws, [rate(tp, w, b, mode=mode) for w in ws], marker="o",
+                linestyle="-" if mode == "pipelined" else "-.",
+                label=f"portq {engine} {mode} batch {b}")
+for complete, style in (("complete", "k--"), ("complete_many", "k:")):
+    rows = [r for r in res["raw"] if r.get("complete", "complete") == complete]
+    if rows:
+        ax.plot(ws, [rate(rows, w) for w in ws], style, marker="s",
+                label=f"raw SQL (pg, {complete})")
 for peer in sorted({p["peer"] for p in res["peers"]}):
     rows = [p for p in res["peers"] if p["peer"] == peer]
     ax.plot(ws, [rate(rows, w) for w in ws], linestyle=":", marker="^", label=f"{peer} (pg)")

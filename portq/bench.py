@@ -10,7 +10,11 @@ Scenarios (each measures and reports; none passes or fails):
   BUFFERS)``, MariaDB ``ANALYZE FORMAT=JSON``), the plan's node types, and whether the
   plan walks the ready index in order (no Sort node, no temp B-tree, no filesort).
 * ``throughput`` — a no-op handler run by :class:`portq.worker.Worker` threads over N
-  jobs; jobs/s of claim + complete, for each worker count and claim batch size.
+  jobs; jobs/s of claim + complete, for each worker count and claim batch size, in two
+  modes: ``default`` (claims never exceed free handler threads; each handler's thread
+  waits for its completion's commit) and ``pipelined`` (batches above 1 only:
+  ``prefetch`` of twice the batch, so one batch is claimed while the last is still being
+  acknowledged, and ``ack_delay=0``: completions written in the background, batched).
 * ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
   :meth:`Queue.enqueue_many` in chunks.
 
@@ -48,6 +52,7 @@ DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
     (1_000, None), (10_000, None), (100_000, None), (100_000, 1_000_000))
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
+MODES = ("default", "pipelined")
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
 SCENARIOS = ("claim-latency", "throughput", "enqueue")
@@ -317,14 +322,24 @@ def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) ->
     return time.perf_counter() - started
 
 
+def mode_options(mode: str, batch: int) -> dict[str, Any]:
+    """The Worker options of a throughput mode (see the module docstring)."""
+    if mode == "default":
+        return {}
+    if mode == "pipelined":
+        return {"prefetch": 2 * batch, "ack_delay": 0.0}
+    raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
+
+
 def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
-                   progress: Progress | None = None) -> dict[str, Any]:
+                   progress: Progress | None = None, mode: str = "default") -> dict[str, Any]:
     """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads."""
+    options = mode_options(mode, batch)
     name = f"bench-tp-{uuid.uuid4().hex[:8]}"
     bulk_enqueue(queue, name, jobs)
     worker = Worker(queue, name, _noop, concurrency=workers, batch=batch, burst=True,
                     lease=120, idle_min=0.005, idle_max=0.05, reap_interval=None,
-                    prune_interval=None)
+                    prune_interval=None, **options)
     thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
     started = time.perf_counter()
     thread.start()
@@ -335,17 +350,21 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     elapsed = time.perf_counter() - started
     done = worker.counters.succeeded
     queue.prune(0, limit=jobs + 1, queue=name)
-    return {"engine": queue.backend.engine, "workers": workers, "batch": batch, "jobs": jobs,
-            "succeeded": done, "seconds": round(elapsed, 4),
+    return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
+            **options, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
             "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else None}
 
 
 def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                workers: Sequence[int] = DEFAULT_WORKERS,
                batches: Sequence[int] = DEFAULT_BATCHES,
-               progress: Progress | None = None) -> list[dict[str, Any]]:
-    """:func:`throughput_run` for every worker count and batch size."""
-    return [throughput_run(queue, jobs, w, b, progress) for b in batches for w in workers]
+               progress: Progress | None = None,
+               modes: Sequence[str] = MODES) -> list[dict[str, Any]]:
+    """:func:`throughput_run` for every mode, batch size and worker count (``pipelined``
+    only for batches above 1)."""
+    return [throughput_run(queue, jobs, w, b, progress, mode)
+            for mode in modes for b in batches if mode == "default" or b > 1
+            for w in workers]
 
 
 def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
@@ -384,7 +403,7 @@ def machine() -> dict[str, Any]:
 def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_JOBS,
         workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
         sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
-        progress: Progress | None = None) -> dict[str, Any]:
+        progress: Progress | None = None, modes: Sequence[str] = MODES) -> dict[str, Any]:
     """Run ``scenarios`` against ``url`` in ``portqb_`` tables, dropped afterwards."""
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
@@ -400,7 +419,8 @@ def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_J
             if "enqueue" in scenarios:
                 report["enqueue"] = enqueue_rates(queue, jobs)
             if "throughput" in scenarios:
-                report["throughput"] = throughput(queue, jobs, workers, batches, progress)
+                report["throughput"] = throughput(queue, jobs, workers, batches, progress,
+                                                  modes)
             if "claim-latency" in scenarios:
                 report["claim_latency"] = claim_latency(queue, sizes)
         finally:

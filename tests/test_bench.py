@@ -26,7 +26,11 @@ def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert all(r["jobs"] == 60 and r["jobs_per_s"] > 0 for r in enqueue.values())
 
     runs = report["throughput"]
-    assert sorted((r["workers"], r["batch"]) for r in runs) == [(1, 1), (1, 20), (3, 1), (3, 20)]
+    assert sorted((r["mode"], r["workers"], r["batch"]) for r in runs) == [
+        ("default", 1, 1), ("default", 1, 20), ("default", 3, 1), ("default", 3, 20),
+        ("pipelined", 1, 20), ("pipelined", 3, 20)]
+    assert all((r["prefetch"], r["ack_delay"]) == (40, 0.0)
+               for r in runs if r["mode"] == "pipelined")
     for r in runs:
         assert r["succeeded"] == r["jobs"] == 60
         assert r["seconds"] > 0 and r["jobs_per_s"] == pytest.approx(60 / r["seconds"], rel=0.1)
