@@ -238,8 +238,9 @@ class Worker:
         self.counters = WorkerCounters()
         self._group = GroupCommit(queue)
         self.gather_seconds = 0.005
-        # a pool big enough for every handler's report plus claim loop and heartbeat
-        queue.backend.pool.resize(self.concurrency + 3)
+        # a pool big enough for every handler's report plus claim loop, heartbeat and the
+        # acknowledgement thread
+        queue.backend.pool.resize(self.concurrency + (3 if ack_delay is None else 4))
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
@@ -262,8 +263,10 @@ class Worker:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
         self._start_threads()
-        log.info("worker.started worker=%s queues=%s concurrency=%d lease=%.1fs url=%s",
-                 self.worker_id, ",".join(self.queues), self.concurrency, self.lease,
+        log.info("worker.started worker=%s queues=%s concurrency=%d prefetch=%d ack_delay=%s "
+                 "lease=%.1fs url=%s", self.worker_id, ",".join(self.queues),
+                 self.concurrency, self.prefetch,
+                 "off" if self.ack_delay is None else f"{self.ack_delay:g}s", self.lease,
                  self.queue.url)
         try:
             self._claim_loop()
