@@ -8,7 +8,8 @@ from portq.errors import ConfigurationError
 from portq.sql import bind, dialects_dir, load_migrations, load_queries, validate_prefix
 
 ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
-OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk"}  # engine-specific extras
+# engine-specific extras
+OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "complete_many"}
 
 
 def _available() -> list[str]:

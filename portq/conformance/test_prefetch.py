@@ -90,13 +90,14 @@ def test_prefetched_jobs_keep_their_lease_while_they_wait(queue: portq.Queue,
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
     worker = quiet_worker(queue, qname, lambda job: time.sleep(0.7), concurrency=1,
                           prefetch=2, lease=1.0, idle_min=0.01, idle_max=0.05)
-    reaped = 0
     with running(worker):
         deadline = time.monotonic() + 20
         while counts(queue, qname)["succeeded"] < 3 and time.monotonic() < deadline:
-            reaped += queue.reap(delay=0)
+            queue.reap(delay=0)
             time.sleep(0.1)
-    assert reaped == 0 and worker.counters.lost == 0
+    # the reaper also returns other tests' expired jobs, so this test's are judged by their
+    # generation, which a reap and reclaim would have raised
+    assert worker.counters.lost == 0
     assert worker.counters.succeeded == 3
     assert {r.attempts for r in queue.jobs("succeeded", queue=qname)} == {1}
 
