@@ -86,3 +86,37 @@ def running(worker: Worker) -> Iterator[Worker]:
         worker.stop()
         thread.join(worker.grace + 30)
         assert not thread.is_alive(), "worker did not stop"
+
+
+class PeakHandler:
+    """A handler that sleeps ``seconds`` per job and records the most handlers that ran at
+    once (``most``) and the queue of each job in the order they started (``order``)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.active = self.most = 0
+        self.order: list[str] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, job: Job) -> None:
+        with self._lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            self.order.append(job.queue)
+        time.sleep(self.seconds)
+        with self._lock:
+            self.active -= 1
+
+
+def wait_for_succeeded(queue: portq.Queue, names: Sequence[str], n: int,
+                       timeout: float) -> tuple[bool, int]:
+    """Poll (every 5 ms) until the queues ``names`` hold ``n`` succeeded jobs: whether they
+    did within ``timeout``, and the most jobs the database showed running meanwhile."""
+    most_running = 0
+
+    def finished() -> bool:
+        nonlocal most_running
+        stats = [s for s in queue.stats() if s.queue in names]
+        most_running = max([most_running, *(s.running for s in stats)])
+        return sum(s.succeeded for s in stats) == n
+    return wait_until(finished, timeout=timeout, interval=0.005), most_running

@@ -12,39 +12,28 @@ import time
 from collections.abc import Sequence
 
 import portq
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import (
+    PeakHandler,
+    counts,
+    quiet_worker,
+    running,
+    wait_for_succeeded,
+    wait_until,
+)
 from portq.job import Claim, Job
 
 
 def test_prefetch_owns_at_most_concurrency_plus_prefetch(queue: portq.Queue,
                                                          qname: str) -> None:
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(30)])
-    active = most_active = 0
-    lock = threading.Lock()
-
-    def handler(job: Job) -> None:
-        nonlocal active, most_active
-        with lock:
-            active += 1
-            most_active = max(most_active, active)
-        time.sleep(0.03)
-        with lock:
-            active -= 1
-
-    most_running = 0
-
-    def finished() -> bool:
-        nonlocal most_running
-        c = counts(queue, qname)
-        most_running = max(most_running, c["running"])
-        return bool(c["succeeded"] == 30)
-
+    handler = PeakHandler(0.03)
     worker = quiet_worker(queue, qname, handler, concurrency=2, prefetch=3, lease=30,
                           idle_min=0.01, idle_max=0.05)
     assert (worker.capacity, worker.batch) == (5, 5)
     with running(worker):
-        assert wait_until(finished, timeout=60, interval=0.005)
-    assert most_active <= 2, "more handlers ran than concurrency allows"
+        finished, most_running = wait_for_succeeded(queue, [qname], 30, timeout=60)
+        assert finished
+    assert handler.most <= 2, "more handlers ran than concurrency allows"
     assert 2 < most_running <= 5, f"database showed {most_running} running (want 3-5)"
     assert worker.counters.claimed == worker.counters.succeeded == 30
     assert {r.attempts for r in queue.jobs("succeeded", queue=qname)} == {1}
@@ -111,20 +100,13 @@ def test_deferred_acks_are_batched_and_written_once(queue: portq.Queue, qname: s
         batches.append(len(jobs))
         return complete_many(jobs)
 
-    most_running = 0
-
-    def finished() -> bool:
-        nonlocal most_running
-        c = counts(queue, qname)
-        most_running = max(most_running, c["running"])
-        return bool(c["succeeded"] == 60)
-
     queue.complete_many = counted  # type: ignore[method-assign]
     worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, prefetch=8,
                           ack_delay=0.05, lease=30, idle_min=0.01, idle_max=0.05)
     try:
         with running(worker):
-            assert wait_until(finished, timeout=30, interval=0.005)
+            finished, most_running = wait_for_succeeded(queue, [qname], 60, timeout=30)
+            assert finished
     finally:
         del queue.complete_many
     # a job whose ack waits is still owned: it counts against concurrency + prefetch

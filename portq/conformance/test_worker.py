@@ -24,7 +24,14 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import (
+    PeakHandler,
+    counts,
+    quiet_worker,
+    running,
+    wait_for_succeeded,
+    wait_until,
+)
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.worker_handlers import claim_from_record, read_records
 from portq.errors import Permanent
@@ -91,36 +98,18 @@ def test_claims_only_free_slots_and_serves_queues_round_robin(queue: portq.Queue
     names = [f"{qname}-a", f"{qname}-b"]
     for name in names:
         queue.enqueue_many([{"queue": name, "payload": i} for i in range(12)])
-    order: list[str] = []
-    active, most_active = 0, 0
-    lock = threading.Lock()
-
-    def handler(job: Job) -> None:
-        nonlocal active, most_active
-        with lock:
-            active += 1
-            most_active = max(most_active, active)
-            order.append(job.queue)
-        time.sleep(0.05)
-        with lock:
-            active -= 1
-
-    most_running = 0
+    handler = PeakHandler(0.05)
     worker = quiet_worker(queue, names, handler, concurrency=3, batch=10, lease=30,
                           idle_min=0.01, idle_max=0.05)
     with running(worker):
-        def finished() -> bool:
-            nonlocal most_running
-            stats = {s.queue: s for s in queue.stats() if s.queue in names}
-            most_running = max([most_running, *(s.running for s in stats.values())])
-            return sum(s.succeeded for s in stats.values()) == 24
-        assert wait_until(finished, timeout=60, interval=0.01)
+        finished, most_running = wait_for_succeeded(queue, names, 24, timeout=60)
+        assert finished
     # the database never held more claims than the worker had free slots
-    assert most_running <= 3 and most_active <= 3
+    assert most_running <= 3 and handler.most <= 3
     assert worker.counters.claimed == 24
     # both queues were served from the start, not one drained before the other
-    first_half = Counter(order[:12])
-    assert first_half[names[0]] >= 3 and first_half[names[1]] >= 3, order
+    first_half = Counter(handler.order[:12])
+    assert first_half[names[0]] >= 3 and first_half[names[1]] >= 3, handler.order
 
 
 def test_idle_worker_backs_off_on_an_empty_queue(queue: portq.Queue, qname: str) -> None:
