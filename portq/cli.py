@@ -96,7 +96,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         reap_delay=args.reap_delay,
                         prune_interval=args.prune_interval or None,
                         prune_older_than=args.prune_older_than, prefetch=args.prefetch,
-                        ack_delay=args.ack_delay)
+                        ack_delay=args.ack_delay, claimers=args.claimers)
         stops = _start_worker_extras(args, q, worker)
         try:
             counters = worker.run()
@@ -379,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write completions in the background, batched, at most this long "
                         "after the handler returns (e.g. 0s, 10ms); default: the handler's "
                         "thread waits for its own commit")
+    p.add_argument("--claimers", type=_positive, default=1,
+                   help="claim loops, each on its own connection (default 1); more keep a "
+                        "worker of many short jobs from waiting on one claim's round trip")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once the queues have no due ready and no running jobs")
     p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],

@@ -11,11 +11,13 @@ stays the correctness path. SIGTERM/SIGINT (when ``install_signals``) stop claim
 up to ``grace`` seconds for running jobs, then release the rest to ready (the attempt is
 given back); a second signal exits at once.
 
-Two opt-in knobs trade a little of that simplicity for throughput on short jobs:
+Three opt-in knobs trade a little of that simplicity for throughput on short jobs:
 ``prefetch`` lets a worker hold up to ``concurrency + prefetch`` claimed jobs, the extra
 ones leased and renewed while they wait for a handler thread (released at once when
 shutdown starts); ``ack_delay`` lets a handler thread move on as soon as its job returns,
-its completion written with others in one transaction at most ``ack_delay`` seconds later.
+its completion written with others in one transaction at most ``ack_delay`` seconds later;
+``claimers`` runs that many claim loops, each on its own connection, so that one claim's
+round trip no longer bounds the worker (each reserves the free slots it claims for).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import functools
 import logging
 import math
 import os
-import queue as stdqueue
 import random
 import signal
 import socket
@@ -32,11 +33,12 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
@@ -46,6 +48,7 @@ from portq.retry import Backoff
 
 log = logging.getLogger("portq.worker")
 Handler = Callable[[Job], Any]
+T = TypeVar("T")
 
 
 class RetryAfter(Exception):
@@ -75,9 +78,15 @@ class WorkerCounters:
     claim_seconds: list[float] = field(default_factory=list, repr=False)
     #: called with every claim's duration (e.g. a metrics histogram)
     claim_observers: list[Callable[[float], None]] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+    def add(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to ``counter`` (e.g. ``"succeeded"``); safe from any thread."""
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + n)
 
     def record_claim(self, seconds: float) -> None:
         """Keep one claim's duration (the most recent 5,000-10,000) and tell the observers."""
@@ -175,6 +184,67 @@ class GroupCommit:
                     future.set_result(ok)
 
 
+class Mailbox(Generic[T]):
+    """A FIFO between threads that hands over a whole batch with one wake-up: the claim
+    loops' jobs to the handler threads, and the handlers' completions to the ack threads.
+    (``queue.Queue`` wakes a waiting thread for every item, which on short jobs costs more
+    than the job.) A taker that lingers to fill a batch is not woken by each new item.
+    After :meth:`close`, takers get what is left, then nothing."""
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
+        lock = threading.Lock()
+        self._nonempty = threading.Condition(lock)  # takers waiting for a first item
+        self._lingering = threading.Condition(lock)  # takers filling a batch (until close)
+        self._hungry = 0
+        self._closed = False
+
+    def put_many(self, items: Iterable[T]) -> None:
+        """Append ``items``; wake one hungry taker for each new item."""
+        with self._nonempty:
+            before = len(self._items)
+            self._items.extend(items)
+            if self._hungry and len(self._items) > before:
+                self._nonempty.notify(len(self._items) - before)
+
+    def get(self) -> T | None:
+        """The oldest item, waiting for one; None once closed and empty."""
+        batch = self.get_batch(1, 0.0)
+        return batch[0] if batch else None
+
+    def get_batch(self, limit: int, linger: float) -> list[T]:
+        """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
+        in all for the batch to fill; [] once closed and empty."""
+        with self._nonempty:
+            while not self._items and not self._closed:
+                self._hungry += 1
+                try:
+                    self._nonempty.wait()
+                finally:
+                    self._hungry -= 1
+            deadline = time.monotonic() + linger
+            while len(self._items) < limit and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lingering.wait(left)
+            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
+
+    def drain(self) -> list[T]:
+        """Everything waiting, without waiting."""
+        with self._nonempty:
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def close(self) -> None:
+        """No more items will come: wake every taker."""
+        with self._nonempty:
+            self._closed = True
+            self._nonempty.notify_all()
+            self._lingering.notify_all()
+
+
 def new_worker_id() -> str:
     """``host:pid:random`` — unique per Worker, so fencing can tell workers apart."""
     return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -192,7 +262,7 @@ class Worker:
                  burst: bool = False, worker_id: str | None = None,
                  install_signals: bool = False, heartbeat: bool = True,
                  listen: bool = True, prefetch: int = 0,
-                 ack_delay: float | None = None) -> None:
+                 ack_delay: float | None = None, claimers: int = 1) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -212,6 +282,7 @@ class Worker:
         #: most jobs this worker owns at once: running, waiting for a thread, or for an ack
         self.capacity = self.concurrency + self.prefetch
         self.batch = positive_int(batch if batch is not None else self.capacity, "batch")
+        self.claimers = positive_int(claimers, "claimers")
         if ack_delay is not None:
             duration_ms(ack_delay, "ack_delay", allow_zero=True)
         self.ack_delay = ack_delay
@@ -238,21 +309,24 @@ class Worker:
         self.counters = WorkerCounters()
         self._group = GroupCommit(queue)
         self.gather_seconds = 0.005
-        # a pool big enough for every handler's report plus claim loop, heartbeat and the
-        # acknowledgement thread
-        queue.backend.pool.resize(self.concurrency + (3 if ack_delay is None else 4))
+        # a pool big enough for every handler's report plus the claim loops, heartbeat and
+        # the acknowledgement thread
+        queue.backend.pool.resize(self.concurrency + 2 +
+                                  self.claimers * (1 if ack_delay is None else 2))
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
+        self._claiming = 0  # slots reserved by claims in progress
         self._lock = threading.Lock()
-        self._tasks: stdqueue.Queue[Job | None] = stdqueue.Queue()
-        self._acks: stdqueue.Queue[Job | None] = stdqueue.Queue()
+        self._tasks: Mailbox[Job] = Mailbox()
+        self._acks: Mailbox[Job] = Mailbox()
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._done = threading.Event()
         self._signals = 0
         self._threads: list[threading.Thread] = []
-        self._ack_thread: threading.Thread | None = None
+        self._ack_threads: list[threading.Thread] = []
+        self._claim_threads: list[threading.Thread] = []
 
     def __repr__(self) -> str:
         return f"Worker({self.worker_id!r}, queues={self.queues}, url={self.queue.url!r})"
@@ -263,9 +337,9 @@ class Worker:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
         self._start_threads()
-        log.info("worker.started worker=%s queues=%s concurrency=%d prefetch=%d ack_delay=%s "
-                 "lease=%.1fs url=%s", self.worker_id, ",".join(self.queues),
-                 self.concurrency, self.prefetch,
+        log.info("worker.started worker=%s queues=%s concurrency=%d prefetch=%d claimers=%d "
+                 "ack_delay=%s lease=%.1fs url=%s", self.worker_id, ",".join(self.queues),
+                 self.concurrency, self.prefetch, self.claimers,
                  "off" if self.ack_delay is None else f"{self.ack_delay:g}s", self.lease,
                  self.queue.url)
         try:
@@ -306,29 +380,24 @@ class Worker:
 
     # ---- the claim loop -----------------------------------------------------------------
 
-    def _claim_loop(self) -> None:
+    def _claim_loop(self, main: bool = True) -> None:
+        """Claim rounds until stopped. The ``main`` loop (run by :meth:`run`) also reaps,
+        prunes and, with ``burst``, decides when the queues are drained; the others
+        (``claimers`` > 1, on their own threads) only claim."""
         pacing = Pacing(self.queues, self.idle_min, self.idle_max)
         next_reap = time.monotonic() + random.uniform(0, self.reap_interval or 0)
         next_prune = time.monotonic() + random.uniform(0, self.prune_interval or 0)
         while not self._stopping.is_set():
-            claimed = tried = 0
             try:
-                turns = pacing.turns()
-                for i, name in enumerate(turns):
-                    free = self.capacity - self.held
-                    if free <= 0:
-                        break
-                    claimed += self._claim(name, pacing.share(free, len(turns) - i))
-                    tried += 1
-                pacing.finish_round(tried, claimed)
+                claimed = self._claim_round(pacing)
                 now = time.monotonic()
-                if self.reap_interval and now >= next_reap:
+                if main and self.reap_interval and now >= next_reap:
                     next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
                     self._reap()
-                if self.prune_interval and now >= next_prune:
+                if main and self.prune_interval and now >= next_prune:
                     next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
                     self._prune()
-                if self.burst and claimed == 0 and self.held == 0 and self._drained():
+                if main and self.burst and claimed == 0 and self._idle() and self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
                 delay = pacing.error_delay()
@@ -338,10 +407,37 @@ class Worker:
                 continue
             if claimed:
                 self._gather_free_slots()
-                if self.held >= self.capacity:
+                if self._free() <= 0:
                     self._sleep(self.idle_max)  # woken as soon as a slot frees
             else:
                 self._sleep(pacing.idle_delay())
+
+    def _claim_round(self, pacing: Pacing) -> int:
+        """One claim from each queue in turn, each for its share of the free slots (which
+        it reserves while it claims, so that other claim loops leave them alone)."""
+        claimed = tried = 0
+        turns = pacing.turns()
+        for i, name in enumerate(turns):
+            with self._lock:
+                free = self.capacity - self._busy - len(self._acking) - self._claiming
+                want = min(pacing.share(free, len(turns) - i), self.batch) if free > 0 else 0
+                self._claiming += want
+            if want <= 0:
+                break
+            claimed += self._claim(name, want)
+            tried += 1
+        pacing.finish_round(tried, claimed)
+        return claimed
+
+    def _free(self) -> int:
+        """Slots neither held nor reserved by a claim in progress."""
+        with self._lock:
+            return self.capacity - self._busy - len(self._acking) - self._claiming
+
+    def _idle(self) -> bool:
+        """Nothing held and no claim in progress."""
+        with self._lock:
+            return self._busy + len(self._acking) + self._claiming == 0
 
     def _gather_free_slots(self) -> None:
         """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
@@ -349,8 +445,7 @@ class Worker:
         finished job. Never more jobs than free slots are claimed."""
         want = max(1, min(self.batch, self.capacity))
         deadline = time.monotonic() + self.gather_seconds
-        while (not self._stopping.is_set() and self.capacity - self.held < want
-               and self.held > 0):
+        while not self._stopping.is_set() and self._free() < want and not self._idle():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -364,20 +459,27 @@ class Worker:
         """Interrupt an idle sleep (a slot freed, or a new job was announced)."""
         self._wake.set()
 
-    def _claim(self, name: str, free: int) -> int:
+    def _claim(self, name: str, want: int) -> int:
+        """Claim up to ``want`` jobs (slots this loop reserved) and hand them to the
+        handler threads."""
         started = time.perf_counter()
-        jobs = self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
-                                lease=self.lease)
+        try:
+            jobs = self.queue.claim(name, self.worker_id, limit=want, lease=self.lease)
+        except BaseException:
+            with self._lock:
+                self._claiming -= want
+            raise
         self.counters.record_claim(time.perf_counter() - started)
         with self._lock:
+            self._claiming -= want
             for job in jobs:
                 self._inflight[job.id] = job
             self._busy += len(jobs)
+            self.counters.add("claimed", len(jobs))
         for job in jobs:
             log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
                      job.id, job.queue, job.attempt, self.worker_id)
-            self._tasks.put(job)
-        self.counters.claimed += len(jobs)
+        self._tasks.put_many(jobs)
         return len(jobs)
 
     def _drained(self) -> bool:
@@ -388,13 +490,13 @@ class Worker:
     def _reap(self) -> None:
         n = self.queue.reap(limit=1000, delay=self.reap_delay)
         if n:
-            self.counters.reaped += n
+            self.counters.add("reaped", n)
             log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
                         self.worker_id, n)
 
     def _prune(self) -> None:
         n = self.queue.prune(self.prune_older_than, limit=1000)
-        self.counters.pruned += n
+        self.counters.add("pruned", n)
         if n:
             log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
 
@@ -403,8 +505,13 @@ class Worker:
     def _start_threads(self) -> None:
         for n in range(self.concurrency):
             self._spawn(self._run_tasks, f"portq-handler-{n}")
-        if self.ack_delay is not None:
-            self._ack_thread = self._spawn(self._ack_loop, "portq-acks")
+        for n in range(1, self.claimers):
+            self._claim_threads.append(
+                self._spawn(functools.partial(self._claim_loop, main=False),
+                            f"portq-claim-{n}"))
+        if self.ack_delay is not None:  # one writer per claim loop keeps up with it
+            self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{n}")
+                                 for n in range(self.claimers)]
         if self.heartbeat:
             self._spawn(self._heartbeat, "portq-heartbeat")
         if self.listen:
@@ -419,10 +526,7 @@ class Worker:
         return t
 
     def _run_tasks(self) -> None:
-        while True:
-            job = self._tasks.get()
-            if job is None:
-                return
+        while (job := self._tasks.get()) is not None:
             handed_off = False
             try:
                 handed_off = self._execute(job)
@@ -431,7 +535,12 @@ class Worker:
                     if not handed_off and self._inflight.get(job.id) is job:
                         del self._inflight[job.id]
                     self._busy -= 1
-                self._wake.set()
+                    # a slot freed (a job handed to the ack threads still holds its slot):
+                    # wake the claim loops when that makes a first free slot or a batch
+                    free = self.capacity - self._busy - len(self._acking) - self._claiming
+                    wake = not handed_off and free in (1, min(self.batch, self.capacity))
+                if wake:
+                    self._wake.set()
 
     def _owned(self, job: Job) -> bool:
         with self._lock:
@@ -456,7 +565,7 @@ class Worker:
                 if self._inflight.get(job.id) is not job:
                     return False  # released or lost meanwhile; its new owner reports
                 self._acking[job.id] = job
-            self._acks.put(job)
+            self._acks.put_many((job,))
             return True
         return False
 
@@ -502,23 +611,23 @@ class Worker:
                 retry_in: float | None) -> None:
         """Count and log one written outcome."""
         if not ok:
-            self.counters.lost += 1
+            self.counters.add("lost")
             log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
                         "or an expired lease; outcome %s not recorded%s",
                         job.id, job.queue, job.attempt, self.worker_id, outcome,
                         " (or recorded by the earlier attempt whose connection dropped "
                         "during COMMIT)" if interrupted else "")
         elif outcome == "succeeded":
-            self.counters.succeeded += 1
+            self.counters.add("succeeded")
             log.info("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
                      job.id, job.queue, job.attempt, self.worker_id)
         elif retry_in is None or job.attempt >= job.max_attempts:
-            self.counters.dead += 1
+            self.counters.add("dead")
             log.warning("job.dead job_id=%d queue=%s generation=%d worker=%s error=%s",
                         job.id, job.queue, job.attempt, self.worker_id,
                         error.strip().splitlines()[-1] if error.strip() else "")
         else:
-            self.counters.retried += 1
+            self.counters.add("retried")
             log.info("job.retry job_id=%d queue=%s generation=%d worker=%s in=%.2fs error=%s",
                      job.id, job.queue, job.attempt, self.worker_id, retry_in,
                      error.strip().splitlines()[-1] if error.strip() else "")
@@ -526,28 +635,15 @@ class Worker:
     def _ack_loop(self) -> None:
         """With ``ack_delay``: write the completions handed over by handler threads, each
         batch (up to ``GroupCommit.max_batch``) in one transaction, the first of a batch
-        waiting at most ``ack_delay`` seconds. A None in the queue flushes and stops."""
-        stop = False
-        while not stop:
-            first = self._acks.get()
-            if first is None:
-                return
-            batch = [first]
-            deadline = time.monotonic() + (self.ack_delay or 0.0)
-            while len(batch) < self._group.max_batch:
-                try:
-                    job = self._acks.get(timeout=max(0.0, deadline - time.monotonic()))
-                except stdqueue.Empty:
-                    break
-                if job is None:
-                    stop = True
-                    break
-                batch.append(job)
+        waiting at most ``ack_delay`` seconds; once the mailbox is closed, write what is
+        left and stop."""
+        while jobs := self._acks.get_batch(self._group.max_batch, self.ack_delay or 0.0):
             with self._lock:  # a job lost meanwhile (renewal refused) is not reported
-                owned = [j for j in batch if self._inflight.get(j.id) is j]
-            written = self._write(owned, functools.partial(self.queue.complete_many, owned))
+                owned = [j for j in jobs if self._inflight.get(j.id) is j]
+            written = self._write(owned, functools.partial(self.queue.complete_many, owned)
+                                  ) if owned else None
             with self._lock:
-                for job in batch:
+                for job in jobs:
                     del self._acking[job.id]
                     if self._inflight.get(job.id) is job:
                         del self._inflight[job.id]
@@ -572,7 +668,7 @@ class Worker:
                     with self._lock:
                         lost = self._inflight.pop(job.id, None) is job
                     if lost:
-                        self.counters.lost += 1
+                        self.counters.add("lost")
                         log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
                                     "lease renewal refused", job.id, job.queue, job.attempt,
                                     self.worker_id)
@@ -600,6 +696,9 @@ class Worker:
 
     def _shutdown(self) -> None:
         self._stopping.set()
+        self._wake.set()
+        for thread in self._claim_threads:  # their last claims' jobs join the unstarted
+            thread.join()
         self._release(self._unstarted(), "not started")
         deadline = time.monotonic() + self.grace
         while self._running_owned() and time.monotonic() < deadline:
@@ -609,12 +708,11 @@ class Worker:
             for job in leftover:
                 del self._inflight[job.id]
         self._release(leftover, "grace over")
-        if self._ack_thread is not None:
-            self._acks.put(None)  # write the completions still waiting, then stop
-            self._ack_thread.join()
+        self._acks.close()  # the ack threads write the completions still waiting, then stop
+        for thread in self._ack_threads:
+            thread.join()
         self._done.set()
-        for _ in range(self.concurrency):
-            self._tasks.put(None)
+        self._tasks.close()
 
     def _running_owned(self) -> int:
         with self._lock:
@@ -622,14 +720,7 @@ class Worker:
 
     def _unstarted(self) -> list[Job]:
         """Take the prefetched jobs no handler thread has started, no longer owning them."""
-        jobs = []
-        while True:
-            try:
-                job = self._tasks.get_nowait()
-            except stdqueue.Empty:
-                break
-            if job is not None:
-                jobs.append(job)
+        jobs = self._tasks.drain()
         with self._lock:
             for job in jobs:
                 if self._inflight.get(job.id) is job:
@@ -642,7 +733,7 @@ class Worker:
         for job in jobs:
             try:
                 if self.queue.release(job):
-                    self.counters.released += 1
+                    self.counters.add("released")
                     log.warning("job.released job_id=%d queue=%s generation=%d worker=%s "
                                 "(%s)", job.id, job.queue, job.attempt, self.worker_id, why)
             except Exception as exc:  # noqa: BLE001 - its lease will expire instead

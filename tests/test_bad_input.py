@@ -114,6 +114,7 @@ def test_option_limits_are_validated(engine_url: str, queue: portq.Queue, qname:
                      lambda: Worker(queue, qname, print, lease=0),
                      lambda: Worker(queue, qname, print, concurrency=0),
                      lambda: Worker(queue, qname, print, prefetch=-1),
+                     lambda: Worker(queue, qname, print, claimers=0),
                      lambda: Worker(queue, qname, print, ack_delay=-0.5),
                      lambda: Worker(queue, qname, print, ack_delay=math.nan),
                      lambda: Worker(queue, [], print)):
@@ -161,6 +162,8 @@ def test_cli_rejects_bad_input_and_writes_nothing(engine_url: str, queue: portq.
          "must be > 0"),
         (["worker", *base, "--queue", qname, "--handler", "json:loads", "--prefetch=-1"],
          "must be >= 0"),
+        (["worker", *base, "--queue", qname, "--handler", "json:loads", "--claimers=0"],
+         "must be > 0"),
     ]
     for args, message in cases:
         proc = cli(*args)

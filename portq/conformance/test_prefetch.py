@@ -1,15 +1,19 @@
 """The worker's opt-in throughput knobs against a real engine: ``prefetch`` (claim ahead of
-free handler threads) and ``ack_delay`` (completions written after the handler's thread
-moved on). Ownership rules do not change: a worker owns at most ``concurrency + prefetch``
-jobs, runs at most ``concurrency`` handlers, keeps every owned job's lease alive, gives
-unstarted jobs back as soon as shutdown starts, and writes each completion once, fenced.
+free handler threads), ``ack_delay`` (completions written after the handler's thread
+moved on) and ``claimers`` (several claim loops). Ownership rules do not change: a worker
+owns at most ``concurrency + prefetch`` jobs, runs at most ``concurrency`` handlers, keeps
+every owned job's lease alive, gives unstarted jobs back as soon as shutdown starts, and
+writes each completion once, fenced.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
+
+import pytest
 
 import portq
 from portq.conformance.helpers import (
@@ -39,7 +43,31 @@ def test_prefetch_owns_at_most_concurrency_plus_prefetch(queue: portq.Queue,
     assert {r.attempts for r in queue.jobs("succeeded", queue=qname)} == {1}
 
 
-def test_shutdown_gives_prefetched_jobs_back_at_once(queue: portq.Queue, qname: str) -> None:
+def test_claimers_share_the_capacity_and_claim_each_job_once(
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Three claim loops, each wanting a whole batch (= capacity 6): the slots one loop
+    reserves for its claim are not claimed again by another."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(120)])
+    handler = PeakHandler(0.01)
+    worker = quiet_worker(queue, qname, handler, concurrency=2, prefetch=4, claimers=3,
+                          ack_delay=0.0, lease=30, idle_min=0.01, idle_max=0.05)
+    assert (worker.capacity, worker.batch) == (6, 6)
+    with caplog.at_level(logging.INFO, logger="portq.worker"), running(worker):
+        finished, most_running = wait_for_succeeded(queue, [qname], 120, timeout=60)
+        assert finished
+    assert handler.most <= 2, "more handlers ran than concurrency allows"
+    assert most_running <= 6, f"database showed {most_running} running (capacity 6)"
+    assert worker.counters.claimed == worker.counters.succeeded == 120
+    assert worker.counters.lost == 0
+    assert {r.attempts for r in queue.jobs("succeeded", queue=qname)} == {1}
+    claim_threads = {r.threadName for r in caplog.records if r.getMessage().startswith(
+        "job.claimed") and qname in r.getMessage()}
+    assert len(claim_threads) >= 2, f"only {claim_threads} claimed"
+
+
+@pytest.mark.parametrize("claimers", [1, 3])
+def test_shutdown_gives_prefetched_jobs_back_at_once(queue: portq.Queue, qname: str,
+                                                     claimers: int) -> None:
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
     gate = threading.Event()
     started: list[int] = []
@@ -49,7 +77,7 @@ def test_shutdown_gives_prefetched_jobs_back_at_once(queue: portq.Queue, qname: 
         gate.wait(30)
 
     worker = quiet_worker(queue, qname, handler, concurrency=1, prefetch=3, grace=30,
-                          lease=30, idle_min=0.01, idle_max=0.05)
+                          lease=30, idle_min=0.01, idle_max=0.05, claimers=claimers)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

@@ -1,0 +1,82 @@
+"""The worker's Mailbox: batches handed between threads, lingering takers, close."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from portq.worker import Mailbox
+
+
+def test_items_come_out_in_order_in_batches_up_to_the_limit() -> None:
+    box: Mailbox[int] = Mailbox()
+    box.put_many(range(5))
+    assert box.get_batch(3, 0.0) == [0, 1, 2]
+    assert box.get() == 3
+    assert box.drain() == [4]
+    assert box.drain() == []
+
+
+def test_a_waiting_taker_is_woken_by_a_put_from_another_thread() -> None:
+    box: Mailbox[str] = Mailbox()
+    got: list[str | None] = []
+    taker = threading.Thread(target=lambda: got.append(box.get()))
+    taker.start()
+    time.sleep(0.05)
+    assert taker.is_alive(), "get() returned before anything was put"
+    box.put_many(["job"])
+    taker.join(5)
+    assert got == ["job"]
+
+
+def test_every_waiting_taker_gets_one_of_a_batch() -> None:
+    box: Mailbox[int] = Mailbox()
+    got: list[int | None] = []
+    takers = [threading.Thread(target=lambda: got.append(box.get())) for _ in range(3)]
+    for t in takers:
+        t.start()
+    time.sleep(0.05)
+    box.put_many([1, 2, 3])
+    for t in takers:
+        t.join(5)
+    assert sorted(x for x in got if x is not None) == [1, 2, 3]
+
+
+def test_a_lingering_taker_collects_what_arrives_until_the_linger_ends() -> None:
+    box: Mailbox[int] = Mailbox()
+    box.put_many([1])
+
+    def later() -> None:
+        for i in range(2, 5):
+            time.sleep(0.02)
+            box.put_many([i])
+    threading.Thread(target=later).start()
+    started = time.monotonic()
+    batch = box.get_batch(100, 0.3)
+    took = time.monotonic() - started
+    assert batch == [1, 2, 3, 4]
+    assert 0.25 <= took < 2, f"lingered {took:.3f}s for a 0.3 s linger"
+
+
+def test_a_full_batch_returns_without_lingering() -> None:
+    box: Mailbox[int] = Mailbox()
+    box.put_many(range(10))
+    started = time.monotonic()
+    assert box.get_batch(10, 5.0) == list(range(10))
+    assert time.monotonic() - started < 1
+
+
+def test_close_hands_out_what_is_left_then_nothing_and_wakes_waiters() -> None:
+    box: Mailbox[int] = Mailbox()
+    got: list[int | None] = []
+    waiter = threading.Thread(target=lambda: got.append(box.get()))
+    waiter.start()
+    time.sleep(0.05)
+    box.close()
+    waiter.join(5)
+    assert got == [None], "a waiting taker was not released by close()"
+    box.put_many([7, 8])  # e.g. acks handed over while shutting down are still written
+    started = time.monotonic()
+    assert box.get_batch(10, 5.0) == [7, 8], "a closed mailbox must not linger"
+    assert time.monotonic() - started < 1
+    assert box.get() is None and box.get_batch(10, 1.0) == []
