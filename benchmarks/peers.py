@@ -1,7 +1,7 @@
 """Peer queues on the same PostgreSQL: procrastinate and pgqueuer, no-op jobs.
 
 Runs in benchmarks/.venv-peers (never a portq dependency), in its own database
-(``portq_peers``, recreated), and prints one JSON list of
+(``portq_peers``, recreated, vacuumed before each run), and prints one JSON list of
 ``{"peer", "version", "workers", "jobs", "seconds", "jobs_per_s", "enqueue_jobs_per_s"}``.
 
 "workers" maps to each library's own notion: procrastinate ``concurrency`` (one worker,
@@ -34,6 +34,13 @@ def recreate_database(url: str) -> str:
         conn.execute(f"CREATE DATABASE {PEERS_DB}")
     base, _, _ = url.rpartition("/")
     return f"{base}/{PEERS_DB}"
+
+
+def settle(url: str) -> None:
+    """VACUUM the peers' database before a run, as portq's bench does to its own table (the
+    last run's dead rows would otherwise slow this one wherever autovacuum is off)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
 
 
 async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
@@ -131,6 +138,7 @@ def main() -> int:
     for peer in args.peer or sorted(PEERS):
         for workers in (int(w) for w in args.workers.split(",")):
             try:
+                settle(url)
                 results.append(asyncio.run(PEERS[peer](url, args.jobs, workers)))
             except Exception as exc:  # noqa: BLE001 - report the peer as not run, go on
                 results.append({"peer": peer, "workers": workers,

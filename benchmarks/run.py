@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ IMAGES = ROOT / "docs" / "benchmarks"
 PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 RAW_COMPLETES = ("complete", "complete_many")
+HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq default", "portq pipelined",
+                "pgqueuer")
 
 
 def log(message: str) -> None:
@@ -74,6 +77,7 @@ def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
     with portq.connect(url, prefix=bench.BENCH_PREFIX) as queue:
         backend = queue.backend
         queue.migrate()
+        bench.settle(backend)
         name = f"bench-raw-{uuid.uuid4().hex[:8]}"
         bench.bulk_enqueue(queue, name, jobs)
         claim_sql, complete_sql = backend.queries["claim"], backend.queries[complete]
@@ -115,6 +119,44 @@ def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
             "jobs_per_s": round(sum(done) / elapsed, 1)}
 
 
+def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str, Any]]:
+    """peers.py in the peers venv: its JSON result rows."""
+    proc = subprocess.run(
+        [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL, "--peer", peer,
+         "--jobs", str(jobs), "--workers", workers],
+        capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    rows: list[dict[str, Any]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return rows
+
+
+def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[float]]:
+    """The targets' contenders at 4 workers on PostgreSQL, run one after another in each of
+    ``rounds`` rounds, so that every contender sees the same machine: jobs/s per round."""
+    runs: dict[str, list[float]] = {name: [] for name in HEAD_TO_HEAD}
+    if python is None:
+        del runs["pgqueuer"]
+    with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
+        bench.drop_tables(queue.backend)
+        queue.migrate()
+        try:
+            for n in range(rounds):
+                log(f"head to head, round {n + 1} of {rounds}")
+                for complete in RAW_COMPLETES:
+                    runs[f"raw {complete}"].append(
+                        raw_ceiling(PG_URL, jobs, 4, 20, complete)["jobs_per_s"])
+                for mode in bench.MODES:
+                    runs[f"portq {mode}"].append(
+                        bench.throughput_run(queue, jobs, 4, 20, mode=mode)["jobs_per_s"])
+                if python is not None:
+                    row = run_peer(python, "pgqueuer", jobs, "4")[0]
+                    runs["pgqueuer"].append(row["jobs_per_s"])
+        finally:
+            bench.drop_tables(queue.backend)
+    return runs
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     engines = args.engines.split(",")
     urls = {"sqlite": f"sqlite:///{tempfile.mkdtemp(prefix='portq-bench-')}/bench.db",
@@ -133,20 +175,19 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         log("raw-SQL ceiling on postgres")
         out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20, complete)
                       for complete in RAW_COMPLETES for w in workers]
+    python = None
     if not args.skip_peers:
         try:
             python = peers_python()
             log("peers on postgres")
-            proc = subprocess.run(
-                [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL,
-                 "--jobs", str(args.jobs), "--workers", args.workers],
-                capture_output=True, text=True, timeout=1800)
-            if proc.returncode != 0:
-                raise RuntimeError(proc.stderr[-2000:])
-            out["peers"] = json.loads(proc.stdout.strip().splitlines()[-1])
+            for peer in ("pgqueuer", "procrastinate"):
+                out["peers"] += run_peer(python, peer, args.jobs, args.workers)
         except Exception as exc:  # noqa: BLE001 - report the peers as not run, go on
+            python = None
             out["notes"].append(f"peers not run: {type(exc).__name__}: {exc}")
             log(out["notes"][-1])
+    if "postgres" in engines and args.rounds:
+        out["head_to_head"] = head_to_head(args.jobs, args.rounds, python)
     out["versions"] = {e: r["version"] for e, r in out["engines"].items()}
     out["versions"].update({p["peer"]: p["version"] for p in out["peers"] if "version" in p})
     out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -163,27 +204,44 @@ def rate(rows: list[dict[str, Any]], workers: int, batch: int | None = None,
     return None
 
 
+def medians(res: dict[str, Any]) -> dict[str, float]:
+    """Each head-to-head contender's median jobs/s."""
+    return {name: statistics.median(runs) for name, runs in res.get("head_to_head", {}).items()
+            if runs}
+
+
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
-    """The targets of the report, from this run's numbers, for both Worker modes: the
-    default against the raw loop that commits each completion, the pipelined mode against
-    the raw loop that completes each batch in one statement."""
+    """The targets of the report, for both Worker modes: the default against the raw loop
+    that commits each completion, the pipelined mode against the raw loop that completes
+    each batch in one statement. From the head-to-head medians where the run has them
+    (procrastinate, too slow for rounds, from its sweep), else from the sweeps."""
     pg = res["engines"].get("postgres", {})
     tp = pg.get("throughput", [])
-    portq4 = {"default": max(filter(None, [rate(tp, 4, 1, mode="default"),
-                                           rate(tp, 4, 20, mode="default")]), default=None),
-              "pipelined": rate(tp, 4, 20, mode="pipelined")}
-    raw4 = {"default": rate(res["raw"], 4, complete="complete"),
-            "pipelined": rate(res["raw"], 4, complete="complete_many")}
-    peers = {p["peer"]: p for p in res["peers"] if p.get("workers") == 4 and "jobs_per_s" in p}
+    peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
+             if p.get("workers") == 4 and "jobs_per_s" in p}
+    h2h = medians(res)
+    if h2h:
+        portq4 = {mode: h2h.get(f"portq {mode}") for mode in bench.MODES}
+        raw4 = {"default": h2h.get("raw complete"), "pipelined": h2h.get("raw complete_many")}
+        if "pgqueuer" in h2h:
+            peers["pgqueuer"] = h2h["pgqueuer"]
+    else:
+        portq4 = {"default": max(filter(None, [rate(tp, 4, 1, mode="default"),
+                                               rate(tp, 4, 20, mode="default")]),
+                                 default=None),
+                  "pipelined": rate(tp, 4, 20, mode="pipelined")}
+        raw4 = {"default": rate(res["raw"], 4, complete="complete"),
+                "pipelined": rate(res["raw"], 4, complete="complete_many")}
     bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
                 None)
-    out: dict[str, Any] = {"portq_4_workers": portq4, "bulk_enqueue": bulk}
+    out: dict[str, Any] = {"portq_4_workers": portq4, "bulk_enqueue": bulk,
+                           "from": "head-to-head medians" if h2h else "sweeps"}
     for mode, mine in portq4.items():
         if not mine:
             continue
         for peer in ("procrastinate", "pgqueuer"):
             if peer in peers:
-                out[f"{mode}_vs_{peer}"] = round(mine / peers[peer]["jobs_per_s"], 2)
+                out[f"{mode}_vs_{peer}"] = round(mine / peers[peer], 2)
         ceiling = raw4[mode]
         if ceiling:
             out[f"{mode}_vs_raw"] = round(mine / ceiling, 2)
@@ -198,10 +256,14 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         f"{m['memory_gib']} GiB, Python {m['python']}, {m['platform']}; "
         f"load average at the end {', '.join(f'{x:.2f}' for x in res['loadavg'])}.",
         "",
-        "**Noise:** this 2-core machine is shared with other engineers' test runs, so "
-        "numbers move by tens of percent between runs; one run is shown. Nothing here is "
-        "a pass/fail test. Reproduce with `.venv/bin/python benchmarks/run.py` or one engine "
-        "with `portq bench URL`.", "",
+        "**Noise:** on this 2-core machine, shared by the database and the benchmark, one "
+        "configuration's jobs/s moves by tens of percent from run to run. The sweeps below "
+        "are one run each; the targets come from the head-to-head rounds, in which every "
+        "contender runs once per round, one after another, and the median of the rounds "
+        "counts. Every run starts from a vacuumed table (this server runs with autovacuum "
+        "off, so dead rows from earlier runs would otherwise slow later ones). Nothing here "
+        "is a pass/fail test. Reproduce with `.venv/bin/python benchmarks/run.py` or one "
+        "engine with `portq bench URL`.", "",
         "Versions: " + "; ".join(f"{k}: {v}" for k, v in res["versions"].items()) + ".", "",
     ]
     for note in res["notes"]:
@@ -210,9 +272,11 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
     lines += ["## Targets (PostgreSQL, this run)", "",
               "Two Worker modes (see Throughput): `default` claims no more jobs than it has "
               "free handler threads and each thread waits for its completion's commit; "
-              "`pipelined` adds `prefetch` (twice the batch) and background, batched "
-              "acknowledgements (`ack_delay=0`). The raw ceiling of each mode is portq's "
-              "SQL as that mode writes it.", "",
+              "`pipelined` runs one claim loop per worker (`claimers`), lets each hold up to "
+              f"{bench.PIPELINE_DEPTH} claimed batches beyond the handler threads "
+              "(`prefetch`), and writes completions in the background, batched "
+              "(`ack_delay=0`). The raw ceiling of each mode is portq's SQL as that mode "
+              f"writes it. Ratios from {r['from']}.", "",
               "| target | default | pipelined |", "|---|---|---|"]
 
     def cells(key: str, fmt: str) -> str:
@@ -225,6 +289,18 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
     if r.get("bulk_enqueue"):
         lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s | |")
     lines.append("")
+    h2h = res.get("head_to_head", {})
+    if h2h:
+        rounds = max(len(v) for v in h2h.values())
+        lines += ["### Head to head: 4 workers, PostgreSQL", "",
+                  f"{res['jobs']:,} no-op jobs per run, {rounds} rounds; in each round the "
+                  "contenders ran one after another in this order. Batch 20 for portq and "
+                  "the raw loops; pgqueuer with its defaults.", "",
+                  "| contender | median jobs/s | each round |", "|---|---|---|"]
+        for name, med in medians(res).items():
+            lines.append(f"| {name} | {med:,.0f} | "
+                         f"{', '.join(f'{x:,.0f}' for x in h2h[name])} |")
+        lines.append("")
 
     lines += ["## Claim latency vs table size", "",
               f"The backend's own claim of {bench.CLAIM_LIMIT} jobs from one of "
@@ -243,9 +319,10 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                          f"{c['server_ms'] if c['server_ms'] is not None else '-'} | "
                          f"{'yes' if c['ordered_walk'] else 'NO'} | {' → '.join(c['nodes'])} |")
     lines += ["", "## Throughput: claim + complete, no-op handler", "",
-              f"{res['jobs']:,} jobs per run; portq = one `portq.worker.Worker` with N "
-              "handler threads and claim batch B, in the `default` mode or `pipelined` "
-              "(`prefetch=2B, ack_delay=0`); raw = portq's claim (batch 20) and complete SQL "
+              f"{res['jobs']:,} jobs per run, one run each; portq = one `portq.worker.Worker` "
+              "with N handler threads and claim batch B, in the `default` mode or "
+              f"`pipelined` (`claimers=N, prefetch={bench.PIPELINE_DEPTH}BN, "
+              "ack_delay=0`); raw = portq's claim (batch 20) and complete SQL "
               "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
               "each batch's (`complete_many`); procrastinate = one worker with concurrency N; "
               "pgqueuer = N QueueManagers (default batch 10, buffered acknowledgements).", "",
@@ -378,6 +455,8 @@ def main() -> int:
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--engines", default="sqlite,postgres,mysql")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="head-to-head rounds at 4 workers on PostgreSQL (0: none)")
     parser.add_argument("--from-json", type=Path, help="only rewrite the doc from results")
     args = parser.parse_args()
     if args.from_json:

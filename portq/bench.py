@@ -11,10 +11,13 @@ Scenarios (each measures and reports; none passes or fails):
   plan walks the ready index in order (no Sort node, no temp B-tree, no filesort).
 * ``throughput`` — a no-op handler run by :class:`portq.worker.Worker` threads over N
   jobs; jobs/s of claim + complete, for each worker count and claim batch size, in two
-  modes: ``default`` (claims never exceed free handler threads; each handler's thread
-  waits for its completion's commit) and ``pipelined`` (batches above 1 only:
-  ``prefetch`` of twice the batch, so one batch is claimed while the last is still being
-  acknowledged, and ``ack_delay=0``: completions written in the background, batched).
+  modes: ``default`` (one claim loop; claims never exceed free handler threads; each
+  handler's thread waits for its completion's commit) and ``pipelined`` (batches above 1
+  only: as many claim loops as workers, ``claimers=N``, each allowed
+  :data:`PIPELINE_DEPTH` claimed batches beyond the handler threads, ``prefetch``, so that
+  claims never wait for acknowledgements, and ``ack_delay=0``: completions written in the
+  background, batched). Each run starts from a settled table (:func:`settle`); with
+  ``repeat`` every configuration runs that many times and the median run is reported.
 * ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
   :meth:`Queue.enqueue_many` in chunks.
 
@@ -53,6 +56,8 @@ DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
 MODES = ("default", "pipelined")
+#: pipelined mode: claimed batches each claim loop may hold beyond its handler threads
+PIPELINE_DEPTH = 4
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
 SCENARIOS = ("claim-latency", "throughput", "enqueue")
@@ -322,47 +327,69 @@ def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) ->
     return time.perf_counter() - started
 
 
-def mode_options(mode: str, batch: int) -> dict[str, Any]:
+def mode_options(mode: str, batch: int, workers: int) -> dict[str, Any]:
     """The Worker options of a throughput mode (see the module docstring)."""
     if mode == "default":
         return {}
     if mode == "pipelined":
-        return {"prefetch": 2 * batch, "ack_delay": 0.0}
+        return {"claimers": workers, "prefetch": PIPELINE_DEPTH * batch * workers,
+                "ack_delay": 0.0}
     raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
 
 
+def settle(backend: SqlBackend) -> None:
+    """Start a run from a clean table: on PostgreSQL, VACUUM the job table (the dead rows of
+    the last run would otherwise slow this one wherever autovacuum is off or behind)."""
+    if backend.engine != "postgres":
+        return  # InnoDB purges, and SQLite reuses free pages, on their own
+    conn = backend.connect()
+    try:
+        conn.autocommit = True
+        conn.execute(f"VACUUM (ANALYZE) {backend.prefix}job")
+    finally:
+        conn.close()
+
+
 def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
-                   progress: Progress | None = None, mode: str = "default") -> dict[str, Any]:
-    """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads."""
-    options = mode_options(mode, batch)
-    name = f"bench-tp-{uuid.uuid4().hex[:8]}"
-    bulk_enqueue(queue, name, jobs)
-    worker = Worker(queue, name, _noop, concurrency=workers, batch=batch, burst=True,
-                    lease=120, idle_min=0.005, idle_max=0.05, reap_interval=None,
-                    prune_interval=None, **options)
-    thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
-    started = time.perf_counter()
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
-        if progress:
-            progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
-    elapsed = time.perf_counter() - started
-    done = worker.counters.succeeded
-    queue.prune(0, limit=jobs + 1, queue=name)
+                   progress: Progress | None = None, mode: str = "default",
+                   repeat: int = 1) -> dict[str, Any]:
+    """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads,
+    ``repeat`` times (each from a settled table); the median run is reported, with every
+    run's jobs/s in ``runs``."""
+    options = mode_options(mode, batch, workers)
+    runs: list[tuple[float, int, float]] = []
+    for _ in range(repeat):
+        settle(queue.backend)
+        name = f"bench-tp-{uuid.uuid4().hex[:8]}"
+        bulk_enqueue(queue, name, jobs)
+        worker = Worker(queue, name, _noop, concurrency=workers, batch=batch, burst=True,
+                        lease=120, idle_min=0.005, idle_max=0.05, reap_interval=None,
+                        prune_interval=None, **options)
+        thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
+        started = time.perf_counter()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if progress:
+                progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        done = worker.counters.succeeded
+        queue.prune(0, limit=jobs + 1, queue=name)
+        runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
+    rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
             **options, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
-            "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else None}
+            "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
 
 
 def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                workers: Sequence[int] = DEFAULT_WORKERS,
                batches: Sequence[int] = DEFAULT_BATCHES,
                progress: Progress | None = None,
-               modes: Sequence[str] = MODES) -> list[dict[str, Any]]:
+               modes: Sequence[str] = MODES, repeat: int = 1) -> list[dict[str, Any]]:
     """:func:`throughput_run` for every mode, batch size and worker count (``pipelined``
     only for batches above 1)."""
-    return [throughput_run(queue, jobs, w, b, progress, mode)
+    return [throughput_run(queue, jobs, w, b, progress, mode, repeat)
             for mode in modes for b in batches if mode == "default" or b > 1
             for w in workers]
 
@@ -403,7 +430,8 @@ def machine() -> dict[str, Any]:
 def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_JOBS,
         workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
         sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
-        progress: Progress | None = None, modes: Sequence[str] = MODES) -> dict[str, Any]:
+        progress: Progress | None = None, modes: Sequence[str] = MODES,
+        repeat: int = 1) -> dict[str, Any]:
     """Run ``scenarios`` against ``url`` in ``portqb_`` tables, dropped afterwards."""
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
@@ -420,7 +448,7 @@ def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_J
                 report["enqueue"] = enqueue_rates(queue, jobs)
             if "throughput" in scenarios:
                 report["throughput"] = throughput(queue, jobs, workers, batches, progress,
-                                                  modes)
+                                                  modes, repeat)
             if "claim-latency" in scenarios:
                 report["claim_latency"] = claim_latency(queue, sizes)
         finally:

@@ -262,7 +262,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = None if args.no_progress else _progress
     report = bench.run(url, args.scenario or bench.SCENARIOS, jobs=args.jobs,
                        workers=args.workers, batches=args.batch, sizes=args.sizes,
-                       progress=progress, modes=args.mode or bench.MODES)
+                       progress=progress, modes=args.mode or bench.MODES,
+                       repeat=args.repeat)
     if progress:
         print(file=sys.stderr)
     if args.json:
@@ -272,7 +273,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for title, key, cols in (
             ("enqueue", "enqueue", ["mode", "jobs", "seconds", "jobs_per_s"]),
             ("claim + complete, no-op handler", "throughput",
-             ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s"]),
+             ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
              ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"])):
@@ -459,7 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="claim batch sizes (default 1,20)")
     p.add_argument("--mode", action="append", choices=bench.MODES,
                    help="throughput mode, repeat for more (default: both); pipelined = "
-                        "prefetch of twice the batch and background acks (ack_delay 0)")
+                        "one claim loop per worker, each holding up to "
+                        f"{bench.PIPELINE_DEPTH} batches ahead, and background acks "
+                        "(ack_delay 0)")
+    p.add_argument("--repeat", type=_positive, default=1,
+                   help="run each throughput configuration this many times and report "
+                        "the median run (default 1)")
     p.add_argument("--sizes", type=_sizes, default=list(bench.DEFAULT_SIZES),
                    help="claim-latency sizes: READY[/TOTAL],... ready jobs per queue "
                         "(default 1000,10000,100000,100000/1000000)")

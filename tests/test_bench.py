@@ -15,7 +15,7 @@ from portq.cli import main
 def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     code = main(["bench", url, "--json", "--no-progress", "--jobs", "60", "--workers", "1,3",
-                 "--batch", "1,20", "--sizes", "50,200/1000"])
+                 "--batch", "1,20", "--sizes", "50,200/1000", "--repeat", "3"])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert report["engine"] == "sqlite" and report["version"].startswith("SQLite")
@@ -29,11 +29,14 @@ def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sorted((r["mode"], r["workers"], r["batch"]) for r in runs) == [
         ("default", 1, 1), ("default", 1, 20), ("default", 3, 1), ("default", 3, 20),
         ("pipelined", 1, 20), ("pipelined", 3, 20)]
-    assert all((r["prefetch"], r["ack_delay"]) == (40, 0.0)
+    assert all((r["claimers"], r["prefetch"], r["ack_delay"]) ==
+               (r["workers"], bench.PIPELINE_DEPTH * 20 * r["workers"], 0.0)
                for r in runs if r["mode"] == "pipelined")
     for r in runs:
         assert r["succeeded"] == r["jobs"] == 60
         assert r["seconds"] > 0 and r["jobs_per_s"] == pytest.approx(60 / r["seconds"], rel=0.1)
+        # three runs, and the reported one is their median
+        assert len(r["runs"]) == 3 and sorted(r["runs"])[1] == r["jobs_per_s"]
 
     sizes = [(r["ready"], r["total"]) for r in report["claim_latency"]]
     assert sizes == [(50, 150), (200, 1000)]
