@@ -195,17 +195,21 @@ class Mailbox(Generic[T]):
         self._items: deque[T] = deque()
         lock = threading.Lock()
         self._nonempty = threading.Condition(lock)  # takers waiting for a first item
-        self._lingering = threading.Condition(lock)  # takers filling a batch (until close)
+        self._lingering = threading.Condition(lock)  # takers filling a batch
         self._hungry = 0
+        self._fill_to: list[int] = []  # the batch size each lingering taker waits for
         self._closed = False
 
     def put_many(self, items: Iterable[T]) -> None:
-        """Append ``items``; wake one hungry taker for each new item."""
+        """Append ``items``; wake one hungry taker for each new item, and the lingering
+        takers once there are enough items for one's batch."""
         with self._nonempty:
             before = len(self._items)
             self._items.extend(items)
             if self._hungry and len(self._items) > before:
                 self._nonempty.notify(len(self._items) - before)
+            if self._fill_to and len(self._items) >= min(self._fill_to):
+                self._lingering.notify_all()
 
     def get(self) -> T | None:
         """The oldest item, waiting for one; None once closed and empty."""
@@ -227,7 +231,11 @@ class Mailbox(Generic[T]):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._lingering.wait(left)
+                self._fill_to.append(limit)
+                try:
+                    self._lingering.wait(left)
+                finally:
+                    self._fill_to.remove(limit)
             return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
 
     def drain(self) -> list[T]:
@@ -238,7 +246,7 @@ class Mailbox(Generic[T]):
             return items
 
     def close(self) -> None:
-        """No more items will come: wake every taker."""
+        """No more items will come: wake every taker (none lingers any more)."""
         with self._nonempty:
             self._closed = True
             self._nonempty.notify_all()

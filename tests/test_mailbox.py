@@ -66,6 +66,16 @@ def test_a_full_batch_returns_without_lingering() -> None:
     assert time.monotonic() - started < 1
 
 
+def test_a_lingering_taker_returns_as_soon_as_its_batch_fills() -> None:
+    box: Mailbox[int] = Mailbox()
+    box.put_many([0])
+    threading.Timer(0.1, lambda: box.put_many(range(1, 10))).start()
+    started = time.monotonic()
+    assert box.get_batch(5, 5.0) == [0, 1, 2, 3, 4]
+    assert time.monotonic() - started < 2, "lingered past a full batch"
+    assert box.drain() == [5, 6, 7, 8, 9]
+
+
 def test_close_hands_out_what_is_left_then_nothing_and_wakes_waiters() -> None:
     box: Mailbox[int] = Mailbox()
     got: list[int | None] = []
