@@ -345,7 +345,7 @@ def settle(backend: SqlBackend) -> None:
     conn = backend.connect()
     try:
         conn.autocommit = True
-        conn.execute(f"VACUUM (ANALYZE) {backend.prefix}job")
+        conn.execute(f"VACUUM {backend.prefix}job")
     finally:
         conn.close()
 
