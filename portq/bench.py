@@ -57,7 +57,7 @@ DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
 MODES = ("default", "pipelined")
 #: pipelined mode: claimed batches each claim loop may hold beyond its handler threads
-PIPELINE_DEPTH = 4
+PIPELINE_DEPTH = 8
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
 SCENARIOS = ("claim-latency", "throughput", "enqueue")

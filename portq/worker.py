@@ -213,8 +213,16 @@ class Mailbox(Generic[T]):
 
     def get(self) -> T | None:
         """The oldest item, waiting for one; None once closed and empty."""
-        batch = self.get_batch(1, 0.0)
-        return batch[0] if batch else None
+        with self._nonempty:
+            while not self._items:
+                if self._closed:
+                    return None
+                self._hungry += 1
+                try:
+                    self._nonempty.wait()
+                finally:
+                    self._hungry -= 1
+            return self._items.popleft()
 
     def get_batch(self, limit: int, linger: float) -> list[T]:
         """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
@@ -484,9 +492,10 @@ class Worker:
                 self._inflight[job.id] = job
             self._busy += len(jobs)
             self.counters.add("claimed", len(jobs))
-        for job in jobs:
-            log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
-                     job.id, job.queue, job.attempt, self.worker_id)
+        if log.isEnabledFor(logging.INFO):
+            for job in jobs:
+                log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
+                         job.id, job.queue, job.attempt, self.worker_id)
         self._tasks.put_many(jobs)
         return len(jobs)
 
