@@ -204,6 +204,27 @@ def rate(rows: list[dict[str, Any]], workers: int, batch: int | None = None,
     return None
 
 
+def throughput_series(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every throughput line of the report (portq per engine, mode and batch; the raw loops;
+    the peers), with its jobs/s at each worker count: the table and the plot draw these."""
+    ws = res["workers"]
+    out = []
+    for engine, rep in res["engines"].items():
+        tp = rep.get("throughput", [])
+        for mode, b in sorted({(t["mode"], t["batch"]) for t in tp}):
+            out.append({"kind": "portq", "engine": engine, "mode": mode, "batch": b,
+                        "jobs_per_s": [rate(tp, w, b, mode=mode) for w in ws]})
+    for complete in RAW_COMPLETES:
+        if any(r["complete"] == complete for r in res["raw"]):
+            out.append({"kind": "raw", "engine": "postgres", "mode": complete, "batch": 20,
+                        "jobs_per_s": [rate(res["raw"], w, complete=complete) for w in ws]})
+    for peer in sorted({p["peer"] for p in res["peers"]}):
+        rows = [p for p in res["peers"] if p["peer"] == peer]
+        out.append({"kind": "peer", "engine": "postgres", "mode": peer, "batch": None,
+                    "jobs_per_s": [rate(rows, w) for w in ws]})
+    return out
+
+
 def medians(res: dict[str, Any]) -> dict[str, float]:
     """Each head-to-head contender's median jobs/s."""
     return {name: statistics.median(runs) for name, runs in res.get("head_to_head", {}).items()
@@ -330,22 +351,12 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               " | ".join(f"{w} workers" for w in res["workers"]) + " |",
               "|---|---|---|" + "---|" * len(res["workers"])]
 
-    def row(label: str, mode: str, batch: str, cells: list[float | None]) -> str:
-        return (f"| {label} | {mode} | {batch} | " +
-                " | ".join(f"{c:,.0f}" if c else "-" for c in cells) + " |")
-    for engine, rep in res["engines"].items():
-        tp = rep.get("throughput", [])
-        for mode, b in sorted({(t.get("mode", "default"), t["batch"]) for t in tp}):
-            lines.append(row(f"portq {engine}", mode, str(b),
-                             [rate(tp, w, b, mode=mode) for w in res["workers"]]))
-    for complete in RAW_COMPLETES:
-        if any(r.get("complete") == complete for r in res["raw"]):
-            lines.append(row("raw SQL postgres", f"`{complete}`", "20",
-                             [rate(res["raw"], w, complete=complete) for w in res["workers"]]))
-    for peer in sorted({p["peer"] for p in res["peers"]}):
-        rows = [p for p in res["peers"] if p["peer"] == peer]
-        lines.append(row(f"{peer} postgres", "its default", "-",
-                         [rate(rows, w) for w in res["workers"]]))
+    for line in throughput_series(res):
+        label, mode = {"portq": (f"portq {line['engine']}", line["mode"]),
+                       "raw": ("raw SQL postgres", f"`{line['mode']}`"),
+                       "peer": (f"{line['mode']} postgres", "its default")}[line["kind"]]
+        lines.append(f"| {label} | {mode} | {line['batch'] or '-'} | " +
+                     " | ".join(f"{c:,.0f}" if c else "-" for c in line["jobs_per_s"]) + " |")
     lines += ["", "## Enqueue", "", "| system | mode | jobs | jobs/s |", "|---|---|---|---|"]
     for engine, rep in res["engines"].items():
         for e in rep.get("enqueue", []):
@@ -401,7 +412,7 @@ import json, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-res = json.load(open(sys.argv[1])); out = sys.argv[2]
+res = json.load(sys.stdin); out = sys.argv[1]
 fig, ax = plt.subplots(figsize=(7, 4))
 for engine, rep in res["engines"].items():
     rows = rep.get("claim_latency", [])
@@ -416,25 +427,16 @@ ax.set_title("Claim latency vs table size")
 fig.tight_layout(); fig.savefig(f"{out}/claim_latency.png", dpi=110)
 fig, ax = plt.subplots(figsize=(10, 4.5))
 ws = res["workers"]
-def rate(rows, w, b=None, **match):
-    for r in rows:
-        if r.get("workers") == w and (b is None or r.get("batch") == b) and \
-                all(r.get(k, "default") == v for k, v in match.items()):
-            return r.get("jobs_per_s")
-for engine, rep in res["engines"].items():
-    tp = rep.get("throughput", [])
-    for mode, b in sorted({(t.get("mode", "default"), t["batch"]) for t in tp}):
-        ax.plot(ws, [rate(tp, w, b, mode=mode) for w in ws], marker="o",
-                linestyle="-" if mode == "pipelined" else "-.",
-                label=f"portq {engine} {mode} batch {b}")
-for complete, style in (("complete", "k--"), ("complete_many", "k:")):
-    rows = [r for r in res["raw"] if r.get("complete", "complete") == complete]
-    if rows:
-        ax.plot(ws, [rate(rows, w) for w in ws], style, marker="s",
-                label=f"raw SQL (pg, {complete})")
-for peer in sorted({p["peer"] for p in res["peers"]}):
-    rows = [p for p in res["peers"] if p["peer"] == peer]
-    ax.plot(ws, [rate(rows, w) for w in ws], linestyle=":", marker="^", label=f"{peer} (pg)")
+for line in res["throughput"]:
+    kind, mode, ys = line["kind"], line["mode"], line["jobs_per_s"]
+    if kind == "portq":
+        ax.plot(ws, ys, marker="o", linestyle="-" if mode == "pipelined" else "-.",
+                label=f"portq {line['engine']} {mode} batch {line['batch']}")
+    elif kind == "raw":
+        ax.plot(ws, ys, "k--" if mode == "complete" else "k:", marker="s",
+                label=f"raw SQL (pg, {mode})")
+    else:
+        ax.plot(ws, ys, linestyle=":", marker="^", label=f"{mode} (pg)")
 ax.set_xlabel("workers"); ax.set_ylabel("jobs/s (claim + complete)"); ax.set_xticks(ws)
 ax.set_yscale("log"); ax.grid(True, alpha=.3)
 ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -443,10 +445,12 @@ fig.tight_layout(); fig.savefig(f"{out}/throughput.png", dpi=110)
 '''
 
 
-def plot(res_path: Path) -> list[str]:
+def plot(res: dict[str, Any]) -> list[str]:
     IMAGES.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([str(peers_python()), "-c", PLOT, str(res_path), str(IMAGES)],
-                          capture_output=True, text=True)
+    data = {"engines": res["engines"], "workers": res["workers"],
+            "throughput": throughput_series(res)}
+    proc = subprocess.run([str(peers_python()), "-c", PLOT, str(IMAGES)],
+                          input=json.dumps(data), capture_output=True, text=True)
     if proc.returncode != 0:
         log(f"plots not made: {proc.stderr[-1000:]}")
         return []
@@ -470,7 +474,7 @@ def main() -> int:
         res = run_all(args)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(res, indent=1))
-    write_doc(res, plot(args.from_json or RESULTS))
+    write_doc(res, plot(res))
     print(json.dumps(ratios(res)))
     return 0
 
