@@ -22,6 +22,10 @@ BACKENDS: dict[str, tuple[str, str, str | None, str | None]] = {
 def backend_for(url: DatabaseURL, **options: Any) -> SqlBackend:
     """Build the backend for ``url``; a missing driver raises :class:`DriverMissingError`."""
     module_name, class_name, driver, extra = BACKENDS[url.engine]
+    if url.engine == "sqlserver":   # pyodbc, or Microsoft's mssql-python (url option)
+        from portq.backends.sqlserver import dbapi_module
+        if dbapi_module(url) == "mssql_python":
+            driver, extra = "mssql_python", "mssql-python"
     if driver is not None:
         try:
             importlib.import_module(driver)
