@@ -547,17 +547,65 @@ def test_mssql_python_unreachable_server_is_connection_lost_without_password() -
 
 # ---- 10: Oracle binds long error texts as CLOB ---------------------------------------------
 
+class _OracleCursor(ScriptedCursor):
+    """Records the typed values python-oracledb's cursor and connection are asked to make."""
+
+    def __init__(self) -> None:
+        super().__init__([[]])
+        self.connection = self
+        self.made: list[tuple[Any, Any]] = []
+
+    def createlob(self, kind: Any) -> _OracleCursor._Value:
+        return self._Value(self.made, kind)
+
+    def var(self, kind: Any) -> _OracleCursor._Value:
+        return self._Value(self.made, kind)
+
+    class _Value:
+        def __init__(self, made: list[tuple[Any, Any]], kind: Any) -> None:
+            self.made, self.kind = made, kind
+
+        def write(self, text: str) -> None:
+            self.made.append((self.kind, text))
+
+        def setvalue(self, pos: int, value: Any) -> None:
+            self.made.append((self.kind, value))
+
+    def execute(self, sql: str, params: Any = None) -> ScriptedCursor:
+        self.params = params
+        return super().execute(sql, params)
+
+
 def test_oracle_error_text_is_bound_as_clob() -> None:
     backend = OracleBackend(parse_url("oracle://app:pw@h/S"))
+    text = "é" * 3000          # 6000 bytes: a VARCHAR bind would travel as LONG
     for name in ("fail", "record_error"):
-        cur = ScriptedCursor([[]])
+        cur = _OracleCursor()
         backend.execute(cur, name, {"job_id": 1, "generation": 1, "worker_id": "w",
-                                    "error": "é" * 3000, "retryable": 1, "retry_ms": 0})
-        assert cur.input_sizes == [{"error": oracledb.DB_TYPE_CLOB}], name
+                                    "error": text, "retryable": 1, "retry_ms": 0})
+        assert cur.made == [(oracledb.DB_TYPE_CLOB, text)], name
+        assert isinstance(cur.params["error"], _OracleCursor._Value), name
     coalesce = _tree("oracle", "record_error", {"job_id": 1, "generation": 1,
                                                 "worker_id": "w", "error": "x"}).find(
         exp.Coalesce)
     assert coalesce is not None and "TO_CLOB" in coalesce.sql("oracle").upper()
+
+
+def test_oracle_typed_binds_never_stay_on_the_cursor() -> None:
+    """setinputsizes() would stay on the cursor: a duplicate key's lookup after insert_job
+    would then fail with DPY-4008 (no placeholder :run_at)."""
+    from datetime import UTC, datetime
+
+    backend = OracleBackend(parse_url("oracle://app:pw@h/S"))
+    cur = _OracleCursor()
+    when = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    params = backend.job_params(_new_job(key="k")) | {"run_at": backend.to_db_time(when),
+                                                      "job_id": None}
+    backend.execute(cur, "insert_job", params)
+    assert cur.made == [(oracledb.DB_TYPE_TIMESTAMP, when.replace(tzinfo=None))]
+    assert cur.input_sizes == []
+    import inspect
+    assert "cur.setinputsizes(" not in inspect.getsource(oracle_backend)
 
 
 # ---- 12: Oracle thick mode and wallet options ----------------------------------------------

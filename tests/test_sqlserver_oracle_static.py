@@ -238,8 +238,7 @@ def test_oracle_claim_updates_and_reads_back_claim_columns() -> None:
 # ---- URLs and connection arguments -------------------------------------------------------
 
 def test_sqlserver_connection_string() -> None:
-    backend = backend_for(parse_url(MSSQL_URL))
-    assert isinstance(backend, SqlServerBackend)
+    backend = SqlServerBackend(parse_url(MSSQL_URL))   # builds it without importing pyodbc
     assert backend.connection_string() == (
         "DRIVER={ODBC Driver 18 for SQL Server};SERVER=db.example,1433;DATABASE=portq;"
         "UID=sa;PWD={s3cr;e}}t{pw};TrustServerCertificate=yes;")
@@ -330,7 +329,8 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch, url: st
 
 
 def test_missing_odbc_driver_lists_installed_drivers() -> None:
-    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)")
+    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)",
+                        exc_type=ImportError)
     backend = SqlServerBackend(parse_url(
         "mssql://sa:s3cret@127.0.0.1/db?driver=No Such ODBC Driver 99"))
     with pytest.raises(DriverMissingError) as info:
@@ -353,7 +353,8 @@ def test_native_error_extraction() -> None:
 
 
 def _odbc(cls: str, state: str, text: str, code: int) -> BaseException:
-    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)")
+    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)",
+                        exc_type=ImportError)
     error: BaseException = getattr(pyodbc, cls)(
         state, f"[{state}] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]{text} "
                f"({code}) (SQLExecDirectW)")

@@ -89,8 +89,8 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
 
 -- :error is bound as a CLOB (OracleBackend.execute, CLOB_BINDS): a VARCHAR bind over 4000
--- bytes travels as LONG, which may not appear inside COALESCE (ORA-01461). Should the
--- driver bind an empty text as NULL ('' is NULL in Oracle), '(no message)' is stored.
+-- bytes travels as LONG, which may not appear inside COALESCE (ORA-01461). An empty text
+-- is an empty temporary LOB, which is not NULL; COALESCE guards a NULL all the same.
 -- name: record_error
 INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, COALESCE(:error, TO_CLOB('(no message)')),

@@ -40,6 +40,9 @@ ID_LIST_LENGTHS = (1, 10, 100, 1000)
 #: statements whose :error is bound as a CLOB: a string over 4000 bytes would otherwise be
 #: sent as LONG, which may not appear in an expression (ORA-01461)
 CLOB_BINDS: dict[str, tuple[str, ...]] = {"fail": ("error",), "record_error": ("error",)}
+#: parameters bound as TIMESTAMP: python-oracledb binds a datetime as DATE by default,
+#: which drops the microseconds
+TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",)}
 
 # A refused login or an unusable account: the engine cannot be used with this URL. Kept
 # apart so that they can move to their own error kind; until then they count as connection
@@ -158,9 +161,19 @@ class OracleBackend(SqlBackend):
         return kind or ErrorKind.OTHER
 
     def execute(self, cur: Any, name_or_sql: str, params: dict[str, Any] | None = None) -> Any:
-        clobs = CLOB_BINDS.get(name_or_sql)
-        if clobs:
-            cur.setinputsizes(**dict.fromkeys(clobs, oracledb.DB_TYPE_CLOB))
+        """Bind the parameters of :data:`CLOB_BINDS` and :data:`TIMESTAMP_BINDS` with their
+        type, as values made for this one execution: ``cursor.setinputsizes()`` would stay on
+        the cursor and break its next statement (DPY-4008, python-oracledb issue #411)."""
+        params = dict(params or {})
+        for name in CLOB_BINDS.get(name_or_sql, ()):
+            lob = cur.connection.createlob(oracledb.DB_TYPE_CLOB)
+            if params[name]:
+                lob.write(params[name])
+            params[name] = lob
+        for name in TIMESTAMP_BINDS.get(name_or_sql, ()):
+            var = cur.var(oracledb.DB_TYPE_TIMESTAMP)
+            var.setvalue(0, params[name])
+            params[name] = var
         return super().execute(cur, name_or_sql, params)
 
     # ---- schema -------------------------------------------------------------------------
@@ -191,7 +204,6 @@ class OracleBackend(SqlBackend):
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
         out = cur.var(int)
-        cur.setinputsizes(run_at=oracledb.DB_TYPE_TIMESTAMP)
         try:
             self.execute(cur, "insert_job", {**params, "job_id": out})
         except oracledb.Error as exc:
