@@ -329,7 +329,8 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch, url: st
 
 
 def test_missing_odbc_driver_lists_installed_drivers() -> None:
-    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)",
+    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library libodbc2 "
+                        "(apt-get install unixodbc)",
                         exc_type=ImportError)
     backend = SqlServerBackend(parse_url(
         "mssql://sa:s3cret@127.0.0.1/db?driver=No Such ODBC Driver 99"))
@@ -353,7 +354,8 @@ def test_native_error_extraction() -> None:
 
 
 def _odbc(cls: str, state: str, text: str, code: int) -> BaseException:
-    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library (libodbc2)",
+    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library libodbc2 "
+                        "(apt-get install unixodbc)",
                         exc_type=ImportError)
     error: BaseException = getattr(pyodbc, cls)(
         state, f"[{state}] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]{text} "
