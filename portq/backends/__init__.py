@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 from typing import Any
 
 from portq.backends.base import SqlBackend
@@ -17,17 +18,47 @@ BACKENDS: dict[str, tuple[str, str, str | None, str | None]] = {
     "sqlserver": ("portq.backends.sqlserver", "SqlServerBackend", "pyodbc", "sqlserver"),
     "oracle": ("portq.backends.oracle", "OracleBackend", "oracledb", "oracle"),
 }
+#: drivers whose wheel links a system library that pip cannot install: what to install
+SYSTEM_LIBRARIES: dict[str, str] = {
+    "pyodbc": "unixODBC's libodbc.so.2: install it with `apt-get install unixodbc` "
+              "(Debian/Ubuntu), `dnf install unixODBC` (Fedora/RHEL) or "
+              "`brew install unixodbc` (macOS)",
+}
+#: drivers a backend imports only to connect: building the backend (its connection
+#: string, its error mapping) works without the driver's system library
+LOADED_ON_CONNECT = frozenset({"pyodbc"})
+
+
+def import_driver(engine: str) -> ModuleType:
+    """Import ``engine``'s driver module, or raise :class:`DriverMissingError` saying
+    what to install: the pip extra when the driver is absent, the system library when it
+    is installed but cannot load."""
+    _, _, driver, extra = BACKENDS[engine]
+    assert driver is not None, f"{engine} needs no driver"
+    try:
+        return importlib.import_module(driver)
+    except ModuleNotFoundError as exc:
+        raise DriverMissingError(
+            f"the {engine} engine needs the {driver} driver, which is not installed "
+            f"({exc}); install it with: pip install 'portq[{extra}]'") from None
+    except ImportError as exc:
+        needs = SYSTEM_LIBRARIES.get(driver, "a system library it links against")
+        raise DriverMissingError(
+            f"the {engine} engine's {driver} driver is installed but cannot load ({exc}); "
+            f"it needs {needs}") from None
 
 
 def backend_for(url: DatabaseURL, **options: Any) -> SqlBackend:
-    """Build the backend for ``url``; a missing driver raises :class:`DriverMissingError`."""
-    module_name, class_name, driver, extra = BACKENDS[url.engine]
+    """Build the backend for ``url``; a missing driver raises :class:`DriverMissingError`
+    (for a driver in :data:`LOADED_ON_CONNECT` whose system library is missing, the first
+    connection raises it instead)."""
+    module_name, class_name, driver, _ = BACKENDS[url.engine]
     if driver is not None:
         try:
-            importlib.import_module(driver)
-        except ImportError as exc:
-            raise DriverMissingError(
-                f"the {url.engine} engine needs the {driver} driver, which is not installed "
-                f"({exc}); install it with: pip install 'portq[{extra}]'") from None
+            import_driver(url.engine)
+        except DriverMissingError as exc:
+            if driver not in LOADED_ON_CONNECT or isinstance(exc.__context__,
+                                                             ModuleNotFoundError):
+                raise
     cls: type[SqlBackend] = getattr(importlib.import_module(module_name), class_name)
     return cls(url, **options)

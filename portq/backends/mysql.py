@@ -32,6 +32,10 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         1040, 1053,                     # too many connections, server shutdown in progress
         1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
     }),
+    # access denied (user/password), access denied to the database
+    ErrorKind.LOGIN: frozenset({1045, 1044}),
+    ErrorKind.UNKNOWN_DATABASE: frozenset({1049}),   # ER_BAD_DB_ERROR
+    ErrorKind.UNDEFINED_TABLE: frozenset({1146}),    # ER_NO_SUCH_TABLE
 }
 # URL query options passed to pymysql.connect, converted to the type it expects.
 _INT_OPTIONS = {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet"}

@@ -37,9 +37,14 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.RETRYABLE: frozenset({60, 54, 8177, 30006}),
     ErrorKind.CONNECTION: frozenset({
         28, 1012, 1089, 1092, 3113, 3114, 3122, 3135,   # session killed, not logged on, ...
-        12170, 12514, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
+        12170, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
         "DPY-1001", "DPY-4011", "DPY-6000", "DPY-6005",  # python-oracledb: not connected, ...
     }),
+    # invalid username/password, no CREATE SESSION privilege, account locked, expired
+    ErrorKind.LOGIN: frozenset({1017, 1045, 28000, 28001}),
+    # listener does not know the service / SID (thin mode: DPY-6001 / DPY-6003)
+    ErrorKind.UNKNOWN_DATABASE: frozenset({12514, 12505, "DPY-6001", "DPY-6003"}),
+    ErrorKind.UNDEFINED_TABLE: frozenset({942}),    # table or view does not exist
 }
 # "ORA-00955: name is already used by an existing object" and friends: tolerated by migrate
 _ALREADY_EXISTS = {955, 1408, 1430, 2260, 2261, 2264, 2275}

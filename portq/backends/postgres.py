@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -24,6 +25,16 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.RETRYABLE: frozenset({"40P01", "40001", "55P03"}),
     # admin shutdown, crash shutdown, cannot connect now (class 08 is matched by prefix)
     ErrorKind.CONNECTION: frozenset({"57P01", "57P02", "57P03"}),
+    ErrorKind.LOGIN: frozenset({"28P01", "28000"}),   # invalid password / authorization
+    ErrorKind.UNKNOWN_DATABASE: frozenset({"3D000"}),  # invalid_catalog_name
+    ErrorKind.UNDEFINED_TABLE: frozenset({"42P01"}),   # undefined_table
+}
+# libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
+# the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
+_CONNECT_MESSAGES: dict[str, str] = {
+    "28P01": "password authentication failed",
+    "28000": r'role ".*" does not exist|no pg_hba\.conf entry',
+    "3D000": r'database ".*" does not exist',
 }
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 
@@ -51,7 +62,7 @@ class PostgresBackend(SqlBackend):
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):
             return ErrorKind.OTHER
-        state = exc.sqlstate or ""
+        state = exc.sqlstate or _connect_sqlstate(str(exc))
         kind = self.kind_of(state)
         if kind is None and (state.startswith("08") or (
                 isinstance(exc, psycopg.OperationalError) and not state)):
@@ -110,6 +121,14 @@ class PostgresBackend(SqlBackend):
 
     def listener(self, queues: Sequence[str]) -> PostgresListener:
         return PostgresListener(self, [self.channel(q) for q in queues])
+
+
+def _connect_sqlstate(message: str) -> str:
+    """The SQLSTATE of a connection failure, from its message (see _CONNECT_MESSAGES)."""
+    for state, pattern in _CONNECT_MESSAGES.items():
+        if re.search(r"FATAL:\s+(?:" + pattern + ")", message):
+            return state
+    return ""
 
 
 def _jobs_json(jobs: Sequence[NewJob]) -> str:

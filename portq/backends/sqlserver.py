@@ -14,7 +14,6 @@ string builder and error mapping) loads without the ODBC libraries.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +38,10 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         # SQLSTATEs of a lost or unusable connection (08S01 communication link failure, ...)
         "08S01", "08001", "08003", "08004", "08007",
     }),
+    # login failed, password must be changed, account locked; SQLSTATE invalid authorization
+    ErrorKind.LOGIN: frozenset({18456, 18488, 18486, "28000"}),
+    ErrorKind.UNKNOWN_DATABASE: frozenset({4060}),  # cannot open database requested by login
+    ErrorKind.UNDEFINED_TABLE: frozenset({208}),    # invalid object name
 }
 # "... message text. (2627) (SQLExecDirectW)": the native error precedes the ODBC call name
 _NATIVE = re.compile(r"\((-?\d+)\)\s*\(SQL[A-Za-z]+\)")
@@ -108,7 +111,8 @@ class SqlServerBackend(SqlBackend):
         return ";".join(f"{k}={odbc_value(v)}" for k, v in parts.items()) + ";"
 
     def connect(self) -> Any:
-        pyodbc = importlib.import_module("pyodbc")
+        from portq.backends import import_driver
+        pyodbc = import_driver(self.engine)
         try:
             conn = pyodbc.connect(self.connection_string(), autocommit=False,
                                   timeout=self.login_timeout_s)
