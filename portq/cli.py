@@ -225,13 +225,18 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    import pytest
+    url = _url(args)
+    engine = portq.url.parse_url(url).engine  # a clear error before pytest starts
+    try:
+        import pytest
+    except ModuleNotFoundError:
+        raise ConfigurationError(
+            "portq conformance runs on pytest, which is not installed; install it with: "
+            f"pip install 'portq[{engine}]' (or: pip install 'pytest>=8')") from None
 
     from portq.conformance import SUITE_DIR
-    url = _url(args)
-    portq.url.parse_url(url)  # a clear error before pytest starts
     argv = [str(SUITE_DIR), "-p", "portq.conformance.plugin", "--portq-url", url,
-            "--portq-require", portq.url.parse_url(url).engine, "-p", "no:cacheprovider",
+            "--portq-require", engine, "-p", "no:cacheprovider",
             "-c", os.devnull, "--rootdir", str(SUITE_DIR), "-m", "not fault", "-q", "-ra",
             *args.pytest_args]
     return int(pytest.main(argv))
