@@ -155,3 +155,25 @@ def test_pyodbc_without_libodbc_names_the_system_library(tmp_path: Path) -> None
     line = one_error_line(run_portq("stats", url, env=env, check=False))
     assert "installed but cannot load" in line and "apt-get install unixodbc" in line
     assert "S3cret-Pw" not in proc.stdout + line
+
+
+def test_async_api_on_an_unmigrated_database(engine_url: str) -> None:
+    import asyncio
+
+    from portq import aio
+
+    async def main() -> list[BaseException]:
+        q = await aio.connect(engine_url, prefix=fresh_prefix())
+        errors: list[BaseException] = []
+        try:
+            for call in (q.stats(), q.enqueue("q", 1)):
+                try:
+                    await call
+                except portq.PortqError as exc:
+                    errors.append(exc)
+        finally:
+            await q.close()
+        return errors
+
+    errors = asyncio.run(main())
+    assert [type(e) for e in errors] == [portq.SchemaMissingError] * 2

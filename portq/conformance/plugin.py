@@ -102,8 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # without --portq-url, targets are found lazily: only when a test needs an engine
     targets = [Target(parse_url(u).engine, u) for u in urls] if urls else None
     config.stash[_TARGETS] = targets
-    config.stash[_SECRETS] = sorted({s for u in urls for s in parse_url(u).secrets()},
-                                    key=len, reverse=True)
+    config.stash[_SECRETS] = _secrets([*urls, *(os.environ.get(v) or "" for v in _URL_VARS)])
     config.pluginmanager.register(_Scrubber(config), "portq-scrubber")
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
@@ -112,6 +111,21 @@ def pytest_configure(config: pytest.Config) -> None:
 _TARGETS = pytest.StashKey[list[Target] | None]()
 _REQUIRED = pytest.StashKey[set[str]]()
 _SECRETS = pytest.StashKey[list[str]]()
+
+
+_URL_VARS = ("PORTQ_TEST_PG_URL", "PORTQ_TEST_MYSQL_URL", "PORTQ_TEST_MYSQL84_URL",
+             "PORTQ_TEST_MSSQL_URL", "PORTQ_TEST_ORACLE_URL")
+
+
+def _secrets(urls: list[str]) -> list[str]:
+    """The secrets of every URL under test that parses, longest first."""
+    found: set[str] = set()
+    for url in urls:
+        try:
+            found.update(parse_url(url).secrets())
+        except portq.ConfigurationError:
+            continue   # an empty or malformed variable: its engine's fixture says so
+    return sorted(found, key=len, reverse=True)
 
 
 def scrub(config: pytest.Config, text: str) -> str:
