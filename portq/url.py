@@ -133,12 +133,16 @@ def parse_url(url: str) -> DatabaseURL:
     except ValueError as exc:
         raise ConfigurationError(f"malformed database URL {_safe(url)!r}: {exc}") from None
     before_at = rest.partition("@")[0]
-    if "@" in rest and "@" not in parts.netloc and ":" in before_at and "=" not in before_at:
-        # user:pa/ss@host: the '/' (or '?') ended the host part inside the password
+    if "@" in parts.path or any("@" in key for key, _ in parse_qsl(
+            parts.query, keep_blank_values=True)) or (
+            "@" in rest and "@" not in parts.netloc and ":" in before_at
+            and "=" not in before_at):
+        # user:pa/ss@host or user:p@ss/word@host: a '/' (or '?') ended the host part
+        # inside the password, so what looks like the host or database is password text
         raise ConfigurationError(
-            f"malformed database URL {_safe(url)!r}: the part before '@' looks like "
-            "user:password with a '/' or '?' in the password; percent-encode those "
-            "characters (%2F, %3F)")
+            f"malformed database URL {_safe(url)!r}: an '@' after the host suggests a "
+            "password holding '/' or '?'; percent-encode those characters (%2F, %3F; "
+            "'@' is %40)")
     if not parts.hostname:
         raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
     database = unquote(parts.path.lstrip("/")) or None
