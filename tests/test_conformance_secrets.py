@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,6 @@ from portq.url import parse_url
 
 #: percent-encoded in the URL ("%40", "%25"): both forms must stay hidden
 SECRET = "Cf-Pw@" + uuid.uuid4().hex[:10] + "%x"
-USER = "portq_pw_test"
 
 #: a plugin that leaks the URL every way a test can: print, log, assertion message and
 #: traceback locals (one test errors at setup, one fails)
@@ -41,39 +41,58 @@ def _leak(request):
 '''
 
 
-def url_with_password(engine_url: str) -> str:
+def _mysql_users(engine_url: str, *statements: str) -> None:
+    """Run user-management statements as the URL's (administrative) user; %(user)s,
+    %(host)s and %(secret)s are bound, for hosts '%' and 'localhost'."""
+    import pymysql
+    parsed = parse_url(engine_url)
+    conn = pymysql.connect(host=parsed.host, port=parsed.port or 3306,
+                           user=parsed.username or "root", password=parsed.password or "")
+    try:
+        with conn.cursor() as cur:
+            for host in ("%", "localhost"):
+                for sql in statements:
+                    cur.execute(sql, {"user": mysql_user(engine_url), "host": host,
+                                      "secret": SECRET})
+    finally:
+        conn.close()
+
+
+def mysql_user(engine_url: str) -> str:
+    """The test's user, one per database (developers sharing a server never collide)."""
+    return "pq_" + (parse_url(engine_url).database or "x")[:28]
+
+
+@pytest.fixture
+def url_with_password(engine_url: str) -> Iterator[str]:
     """A working URL of the engine under test that carries SECRET as its password."""
     parsed = parse_url(engine_url)
     if parsed.engine == "sqlite":
         pytest.skip("SQLite URLs carry no password")
-    if parsed.engine == "mysql":
+    if parsed.engine != "mysql":
+        url = with_credentials(engine_url, password=SECRET)
+    else:
         import pymysql
-        conn = pymysql.connect(**{k: v for k, v in {
-            "host": parsed.host, "port": parsed.port or 3306, "user": parsed.username,
-            "password": parsed.password or ""}.items() if v is not None})
         try:
-            with conn.cursor() as cur:
-                for host in ("%", "localhost"):
-                    cur.execute("DROP USER IF EXISTS %s@%s", (USER, host))
-                    cur.execute("CREATE USER %s@%s IDENTIFIED BY %s", (USER, host, SECRET))
-                    cur.execute(f"GRANT ALL ON `{parsed.database}`.* TO %s@%s", (USER, host))
+            _mysql_users(engine_url, "DROP USER IF EXISTS %(user)s@%(host)s",
+                         "CREATE USER %(user)s@%(host)s IDENTIFIED BY %(secret)s",
+                         f"GRANT ALL ON `{parsed.database}`.* TO %(user)s@%(host)s")
         except pymysql.MySQLError as exc:
             pytest.skip(f"cannot create a MySQL user with a password here: {exc}")
-        finally:
-            conn.close()
-        url = with_credentials(engine_url, user=USER, password=SECRET)
-    else:
-        url = with_credentials(engine_url, password=SECRET)
+        url = with_credentials(engine_url, user=mysql_user(engine_url), password=SECRET)
     try:
         with portq.connect(url) as q:
             q.backend.schema_version()
     except portq.LoginFailed as exc:
         pytest.skip(f"the server refuses the test password (not trust auth): {exc}")
-    return url
+    yield url
+    if parsed.engine == "mysql":
+        _mysql_users(engine_url, "DROP USER IF EXISTS %(user)s@%(host)s")
 
 
-def test_conformance_output_never_shows_the_password(engine_url: str, tmp_path: Path) -> None:
-    url = url_with_password(engine_url)
+def test_conformance_output_never_shows_the_password(url_with_password: str,
+                                                     tmp_path: Path) -> None:
+    url = url_with_password
     assert parse_url(url).password == SECRET and "%40" in url
     (tmp_path / "leaky_plugin.py").write_text(textwrap.dedent(LEAKY_PLUGIN))
     proc = run_portq("conformance", url, "-p", "leaky_plugin", "-v", "-rA", "-l",
