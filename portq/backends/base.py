@@ -181,8 +181,9 @@ class SqlBackend(Backend):
         if kind is ErrorKind.LOGIN:
             return LoginFailed(f"cannot log in to {url}: {detail}")
         if kind is ErrorKind.UNKNOWN_DATABASE:
-            return DatabaseMissing(f"database {self.url.database!r} does not exist on "
-                                   f"{url}: {detail}")
+            # no database in the URL: PostgreSQL looks for one named after the user
+            name = self.url.database or self.url.username or ""
+            return DatabaseMissing(f"database {name!r} does not exist on {url}: {detail}")
         if kind is ErrorKind.UNDEFINED_TABLE:
             return SchemaMissingError(self.missing_schema_message())
         if kind is ErrorKind.CONNECTION:
