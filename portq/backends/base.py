@@ -177,7 +177,7 @@ class SqlBackend(Backend):
         """portq's error for a driver exception of ``kind`` that ``op`` gives up on (one
         line, password scrubbed), or None when the driver's own exception should stand."""
         url = self.url.redacted()
-        detail = f"{type(exc).__name__}: {one_line(self.url.scrub(str(exc)))}"
+        detail = f"{type(exc).__name__}: {one_line(_scrub(str(exc), self.url))}"
         if kind is ErrorKind.LOGIN:
             return LoginFailed(f"cannot log in to {url}: {detail}")
         if kind is ErrorKind.UNKNOWN_DATABASE:
@@ -269,7 +269,7 @@ class SqlBackend(Backend):
                     reconnected = True  # the server rolled it back: safe to run again
                     log.info("%s: connection lost before commit (%s: %s); retrying on a "
                              "new connection", op, type(exc).__name__,
-                             self.url.scrub(str(exc)))
+                             _scrub(str(exc), self.url))
                     continue
                 if kind is ErrorKind.RETRYABLE and retry and attempt < self.max_retries:
                     attempt += 1
@@ -554,6 +554,11 @@ class TxProgress:
     """How far :meth:`SqlBackend.transaction` got: was COMMIT sent?"""
 
     committing: bool = False
+
+
+def _scrub(text: str, url: DatabaseURL) -> str:
+    """Remove the URL's secrets from a driver message, should a driver echo them."""
+    return url.scrub(text)
 
 
 def storable_error(text: str) -> str:
