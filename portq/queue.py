@@ -190,7 +190,8 @@ class Queue:
         attempts = self.default_max_attempts if max_attempts is None else \
             positive_int(max_attempts, "max_attempts")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH):
-            raise ConfigurationError(f"key must be a string of 1-{MAX_KEY_LENGTH} characters, "
+            raise ConfigurationError(f"key must be a non-empty string of at most "
+                                     f"{MAX_KEY_LENGTH} characters (Oracle stores '' as NULL), "
                                      f"got {key!r}")
         if key is not None and not _storable_text(key):
             raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "

@@ -24,7 +24,7 @@ DRIVERS: dict[str, frozenset[str]] = {
     "sqlite": frozenset({"pysqlite", "sqlite3"}),
     "postgres": frozenset({"psycopg", "psycopg3"}),
     "mysql": frozenset({"pymysql"}),
-    "sqlserver": frozenset({"pyodbc"}),
+    "sqlserver": frozenset({"pyodbc", "mssqlpython"}),
     "oracle": frozenset({"oracledb"}),
 }
 _SCHEME = re.compile(r"^([a-z][a-z0-9]*)(?:\+([a-z0-9_]+))?$")
@@ -50,6 +50,11 @@ class DatabaseURL:
     password: str | None = field(default=None, repr=False)
     database: str | None = None
     query: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def driver(self) -> str | None:
+        """The ``+driver`` part of the scheme (``mssqlpython`` in ``mssql+mssqlpython://``)."""
+        return self.scheme.partition("+")[2] or None
 
     @property
     def path(self) -> str:

@@ -6,9 +6,10 @@
 --
 -- FOR UPDATE cannot be combined with FETCH FIRST or a ROWNUM-limited view (ORA-02014),
 -- and a ROWNUM filter would be applied before SKIP LOCKED skips anything. So the *_lock
--- queries have no row limit: OracleBackend opens them with prefetchrows = arraysize = n,
--- fetches n rows (SKIP LOCKED locks a row as it is fetched) and closes the cursor, then
--- runs the matching update/delete on those ids in the same transaction.
+-- queries have no row limit: OracleBackend opens them with prefetchrows = arraysize (at
+-- most 1000), fetches n rows (SKIP LOCKED locks a row as it is fetched) and closes the
+-- cursor, then runs the matching update/delete on those ids in the same transaction, with
+-- :ids lists padded to 1, 10, 100 or 1000 ids (four statement texts, not one per length).
 -- Their WHERE and ORDER BY repeat the CASE expressions of the function-based indexes
 -- (schema.sql), so that the locking read walks an index in order.
 
@@ -87,10 +88,12 @@ SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELS
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
 
--- '' is NULL in Oracle: an empty error text is stored as '(no message)'.
+-- :error is bound as a CLOB (OracleBackend.execute, CLOB_BINDS): a VARCHAR bind over 4000
+-- bytes travels as LONG, which may not appear inside COALESCE (ORA-01461). An empty text
+-- is an empty temporary LOB, which is not NULL; COALESCE guards a NULL all the same.
 -- name: record_error
 INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
-VALUES (:job_id, :generation, :worker_id, COALESCE(:error, '(no message)'),
+VALUES (:job_id, :generation, :worker_id, COALESCE(:error, TO_CLOB('(no message)')),
         SYS_EXTRACT_UTC(SYSTIMESTAMP))
 
 -- name: job_errors

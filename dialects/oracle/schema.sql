@@ -58,3 +58,14 @@ CREATE TABLE portq_job_error (
     failed_at  TIMESTAMP(6)       DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL,
     CONSTRAINT portq_job_error_pk PRIMARY KEY (job_id, attempt)
 );
+
+-- migration: 2
+-- Every JSON value at top level, on every release. Before 21c (or with COMPATIBLE < 20)
+-- IS JSON accepts only an object or an array, so the payloads null, 1, "x" and true failed
+-- the old CHECK with ORA-02290 on 19c. A text P is one JSON value exactly when both [P]
+-- and {"v":P} are well-formed: the array form alone would accept a list such as 1,2; the
+-- object form alone 1,"w":2. A rerun after an interruption skips the DROP of a constraint
+-- already dropped (ORA-02443) and the ADD of one already added (ORA-02264).
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_payload_ck;
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_payload_ck CHECK (
+    ('[' || payload || ']') IS JSON AND ('{"v":' || payload || '}') IS JSON);

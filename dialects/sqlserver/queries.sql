@@ -12,6 +12,17 @@
 -- row locks, not page locks), and READCOMMITTEDLOCK makes the read a locking read even when
 -- the database has READ_COMMITTED_SNAPSHOT ON, where READPAST is otherwise refused.
 -- Literals compared with state are N'...' so that they match the filtered indexes.
+--
+-- job_key is VARBINARY (schema.sql, migration 2): a key is bound as text and compared as
+-- its UTF-16LE bytes, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020)) (the inner CAST
+-- makes the bytes UTF-16 whatever type a driver binds the text as), and read back with
+-- CAST(job_key AS NVARCHAR(510)).
+--
+-- Operator reads (stats, jobs, job_errors) use WITH (READPAST, READCOMMITTEDLOCK): with
+-- READ_COMMITTED_SNAPSHOT OFF a plain SELECT would wait on every uncommitted enqueue (and
+-- `portq stats` would hang behind an application's open transaction); READPAST skips the
+-- rows other transactions hold locked (rows not yet committed, or being claimed right
+-- now), and READCOMMITTEDLOCK keeps READPAST legal when READ_COMMITTED_SNAPSHOT is ON.
 
 -- name: session_setup
 SET ANSI_NULLS ON;
@@ -21,7 +32,7 @@ SET ARITHABORT ON;
 SET CONCAT_NULL_YIELDS_NULL ON;
 SET QUOTED_IDENTIFIER ON;
 SET NUMERIC_ROUNDABORT OFF;
-SET XACT_ABORT ON;
+SET XACT_ABORT OFF;
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
 -- name: create_version_table
@@ -33,7 +44,10 @@ IF OBJECT_ID(N'portq_schema_version', N'U') IS NULL
 
 -- The connection runs in ODBC manual-commit mode (IMPLICIT_TRANSACTIONS ON): EXEC does not
 -- open the transaction, a SELECT from a table does. sp_getapplock owned by the transaction
--- is released by its commit or rollback.
+-- is released by its commit or rollback. The batch ends with one result set holding the
+-- lock's return code, which SqlServerBackend.migration_lock reads after draining every
+-- earlier result (row counts) with nextset(): pyodbc reports results after the first only
+-- through nextset(), so a batch left undrained can be cancelled while sp_getapplock waits.
 -- name: migration_lock
 DECLARE @portq_lock INT;
 IF @@TRANCOUNT = 0
@@ -42,11 +56,7 @@ BEGIN
 END;
 EXEC @portq_lock = sp_getapplock @Resource = N'portq_schema_version', @LockMode = 'Exclusive',
     @LockOwner = 'Transaction', @LockTimeout = 60000;
-IF @portq_lock < 0
-BEGIN
-    RAISERROR(N'portq: could not take the migration lock (sp_getapplock returned %d)', 16, 1,
-              @portq_lock);
-END;
+SELECT @portq_lock AS lock_result;
 
 -- name: schema_version
 SELECT MAX(version) FROM portq_schema_version;
@@ -54,9 +64,13 @@ SELECT MAX(version) FROM portq_schema_version;
 -- name: record_version
 INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, SYSUTCDATETIME());
 
--- Inside the caller's transaction: UPDLOCK + HOLDLOCK keep the key range locked until the
--- transaction ends, so a concurrent insert of the same key waits and then finds this row
--- instead of failing on the unique index.
+-- Inside the caller's transaction. The NOT EXISTS probe is a plain read at the caller's
+-- isolation: at READ COMMITTED it takes and releases a shared lock on the one key it
+-- looks up (waiting for an uncommitted insert of that key to settle), and no range lock,
+-- so enqueues of other keys never wait for each other. Two inserts of a new key that race
+-- past the probe meet on the unique index: the second waits for the first transaction,
+-- then fails with 2627/2601, which SqlServerBackend.insert_job catches (the statement is
+-- rolled back, the transaction goes on: XACT_ABORT OFF) before reading the existing id.
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
 OUTPUT inserted.job_id
@@ -64,16 +78,18 @@ SELECT :queue, :payload, :priority,
        COALESCE(CAST(:run_at AS DATETIME2(6)),
                 DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
                         DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))),
-       :max_attempts, :key
+       :max_attempts, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020))
 WHERE NOT EXISTS (
-    SELECT 1 FROM portq_job WITH (UPDLOCK, HOLDLOCK)
-    WHERE :key IS NOT NULL AND job_key = :key AND job_key IS NOT NULL);
+    SELECT 1 FROM portq_job
+    WHERE :key IS NOT NULL AND job_key IS NOT NULL
+      AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020)));
 
 -- name: transaction_state
 SELECT XACT_STATE();
 
 -- name: job_id_by_key
-SELECT job_id FROM portq_job WHERE job_key = :key AND job_key IS NOT NULL;
+SELECT job_id FROM portq_job
+WHERE job_key IS NOT NULL AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020));
 
 -- UPDATE TOP (n) cannot order, so the ordered TOP (n) is a CTE and the UPDATE goes
 -- through it; OUTPUT returns the claimed rows in CLAIM_COLUMNS order.
@@ -93,7 +109,8 @@ SET state = N'running',
     lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
                           DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
 OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
-       inserted.max_attempts, inserted.job_key, inserted.lease_until;
+       inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
+       inserted.lease_until;
 
 -- name: renew
 UPDATE portq_job
@@ -126,7 +143,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, SYSUTCDATETIME());
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error FROM portq_job_error WITH (READPAST, READCOMMITTEDLOCK)
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -155,11 +173,14 @@ SET state = CASE WHEN attempts >= max_attempts THEN N'dead' ELSE N'ready' END,
     last_error = CONCAT(N'lease expired (worker ', worker_id, N', attempt ', attempts, N')'),
     worker_id = NULL, lease_until = NULL;
 
+-- The literal state IN (...) repeats the filter of portq_job_finished_idx: a filtered
+-- index only matches literals, never the bound :states, and without it the prune would be
+-- a clustered scan + sort under UPDLOCK that can escalate to a table lock.
 -- name: prune
 WITH c AS (
     SELECT TOP (:limit) job_id
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
-    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+    WHERE state IN (N'succeeded', N'dead', N'cancelled') AND state IN (:states) AND (:queue = N'*' OR queue = :queue)
       AND finished_at < DATEADD(MILLISECOND, -CAST(:older_than_ms % 86400000 AS INT),
                                 DATEADD(DAY, -CAST(:older_than_ms / 86400000 AS INT),
                                         SYSUTCDATETIME()))
@@ -190,14 +211,15 @@ SELECT queue,
        MAX(n.db_now),
        SUM(CASE WHEN attempts > 1 OR (state = N'ready' AND attempts > 0) THEN 1 ELSE 0 END),
        SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
-FROM portq_job
+FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
 GROUP BY queue;
 
 -- name: jobs
-SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
-       run_at, worker_id, lease_until, last_error, created_at, finished_at
-FROM portq_job
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
+       CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
+       finished_at
+FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE state = :state AND (:queue = N'*' OR queue = :queue)
 ORDER BY job_id;

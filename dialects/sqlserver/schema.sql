@@ -54,3 +54,45 @@ CREATE TABLE portq_job_error (
     failed_at  DATETIME2(6)  NOT NULL CONSTRAINT portq_job_error_failed_df DEFAULT SYSUTCDATETIME(),
     CONSTRAINT portq_job_error_pk PRIMARY KEY (job_id, attempt)
 );
+
+-- migration: 2
+-- 1. Every JSON value, on every version. Without its type argument (2022+) ISJSON accepts
+--    only an object or an array, so the payloads null, 1, "x" and true broke the old CHECK.
+--    A text P is one JSON value exactly when both [P] and {"v":P} are valid: the array form
+--    alone would accept a list such as 1,2; the object form alone 1,"w":2.
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_payload_ck;
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_payload_ck CHECK (
+    ISJSON(CONCAT(N'[', payload, N']')) = 1 AND ISJSON(CONCAT(N'{"v":', payload, N'}')) = 1);
+
+-- 2. Queue names and worker ids compare exactly: a _BIN2 collation instead of the
+--    database's default (usually case- and accent-insensitive). A column's collation cannot
+--    change while an index or a CHECK constraint refers to it, so those are dropped and
+--    created again, unchanged. worker_id widens to 400 UTF-16 code units: portq accepts 200
+--    characters, and one outside the BMP takes two.
+DROP INDEX portq_job_ready_idx ON portq_job;
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_queue_ck;
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_running_ck;
+ALTER TABLE portq_job ALTER COLUMN queue NVARCHAR(128) COLLATE Latin1_General_100_BIN2 NOT NULL;
+ALTER TABLE portq_job ALTER COLUMN worker_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NULL;
+ALTER TABLE portq_job_error ALTER COLUMN worker_id NVARCHAR(400) COLLATE Latin1_General_100_BIN2 NOT NULL;
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_queue_ck CHECK (LEN(queue) BETWEEN 1 AND 128);
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_running_ck CHECK (
+    (state = N'running' AND worker_id IS NOT NULL AND lease_until IS NOT NULL)
+    OR (state <> N'running' AND worker_id IS NULL AND lease_until IS NULL));
+CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job_id)
+    INCLUDE (attempts, max_attempts) WHERE state = N'ready';
+
+-- 3. Job keys compare as bytes: `=` and unique indexes ignore trailing spaces whatever the
+--    collation, so 'k' and 'k ' collided. The key is stored as its UTF-16LE bytes
+--    (CAST of the NVARCHAR text; 255 characters are at most 1020 bytes, under the 1700-byte
+--    key limit of a nonclustered index). NVARCHAR does not convert implicitly to VARBINARY,
+--    so ALTER COLUMN cannot do it: a new column is filled, the old one dropped, the new one
+--    renamed. Binary comparison ignores trailing 0x00 bytes only, which a key never has
+--    (portq refuses NUL).
+DROP INDEX portq_job_key_uq ON portq_job;
+ALTER TABLE portq_job ADD job_key_bytes VARBINARY(1020) NULL;
+UPDATE portq_job SET job_key_bytes = CAST(job_key AS VARBINARY(1020)) WHERE job_key IS NOT NULL;
+ALTER TABLE portq_job DROP COLUMN job_key;
+EXEC sp_rename N'portq_job.job_key_bytes', N'job_key', N'COLUMN';
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_key_ck CHECK (DATALENGTH(job_key) > 0);
+CREATE UNIQUE INDEX portq_job_key_uq ON portq_job (job_key) WHERE job_key IS NOT NULL;

@@ -24,16 +24,21 @@ SYSTEM_LIBRARIES: dict[str, str] = {
               "(Debian/Ubuntu), `dnf install unixODBC` (Fedora/RHEL) or "
               "`brew install unixodbc` (macOS)",
 }
+#: pip extras of drivers that are not their engine's default
+DRIVER_EXTRAS: dict[str, str] = {"mssql_python": "mssql-python"}
 #: drivers a backend imports only to connect: building the backend (its connection
 #: string, its error mapping) works without the driver's system library
-LOADED_ON_CONNECT = frozenset({"pyodbc"})
+LOADED_ON_CONNECT = frozenset({"pyodbc", "mssql_python"})
 
 
-def import_driver(engine: str) -> ModuleType:
-    """Import ``engine``'s driver module, or raise :class:`DriverMissingError` saying
-    what to install: the pip extra when the driver is absent, the system library when it
-    is installed but cannot load."""
-    _, _, driver, extra = BACKENDS[engine]
+def import_driver(engine: str, driver: str | None = None,
+                  extra: str | None = None) -> ModuleType:
+    """Import ``engine``'s driver module (``driver``, default the engine's own), or raise
+    :class:`DriverMissingError` saying what to install: the pip extra when the driver is
+    absent, the system library when it is installed but cannot load."""
+    _, _, default, default_extra = BACKENDS[engine]
+    driver = driver or default
+    extra = extra or DRIVER_EXTRAS.get(driver or "", default_extra)
     assert driver is not None, f"{engine} needs no driver"
     try:
         return importlib.import_module(driver)
@@ -52,10 +57,14 @@ def backend_for(url: DatabaseURL, **options: Any) -> SqlBackend:
     """Build the backend for ``url``; a missing driver raises :class:`DriverMissingError`
     (for a driver in :data:`LOADED_ON_CONNECT` whose system library is missing, the first
     connection raises it instead)."""
-    module_name, class_name, driver, _ = BACKENDS[url.engine]
+    module_name, class_name, driver, extra = BACKENDS[url.engine]
+    if url.engine == "sqlserver":   # pyodbc, or Microsoft's mssql-python (url option)
+        from portq.backends.sqlserver import dbapi_module
+        if dbapi_module(url) == "mssql_python":
+            driver, extra = "mssql_python", "mssql-python"
     if driver is not None:
         try:
-            import_driver(url.engine)
+            import_driver(url.engine, driver, extra)
         except DriverMissingError as exc:
             if driver not in LOADED_ON_CONNECT or isinstance(exc.__context__,
                                                              ModuleNotFoundError):

@@ -1,9 +1,11 @@
-"""Oracle Database 19c+ (python-oracledb in thin mode: no Oracle Client libraries).
+"""Oracle Database 19c+ (python-oracledb: thin mode by default, no Oracle Client
+libraries; ``?mode=thick`` loads them, for Native Network Encryption and the like).
 
 ``FOR UPDATE`` cannot carry a row limit (ORA-02014), so a claim, a reap and a prune each
 open a ``SELECT job_id ... ORDER BY ... FOR UPDATE SKIP LOCKED`` cursor with
-``prefetchrows = arraysize = n``, fetch n rows (a SKIP LOCKED cursor locks rows as it
-fetches them), close it, and update or delete exactly those ids in the same transaction.
+``prefetchrows = arraysize`` of at most :data:`FETCH_ROWS`, fetch n rows in rounds (a SKIP
+LOCKED cursor locks rows as it fetches them), close it, and update or delete exactly those
+ids in the same transaction, in ``IN`` lists of a few fixed lengths (:func:`id_lists`).
 
 Idempotent enqueue relies on Oracle rolling back only the failed statement: ORA-00001 on
 the job key is caught and the existing id looked up, in the caller's transaction. DDL
@@ -15,20 +17,43 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import oracledb
 
 from portq.backends.base import ErrorKind, SqlBackend
-from portq.errors import ConfigurationError
+from portq.errors import ConfigurationError, DriverMissingError
 from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 
 DEFAULT_PORT = 1521
-ID_CHUNK = 500                      # ids per IN (...) list: Oracle allows at most 1000
+#: rows per round trip of a locking cursor (prefetchrows = arraysize); a claim of more
+#: fetches in rounds of equal size, so python-oracledb never buffers more than this
+FETCH_ROWS = 1000
+#: lengths of the IN (...) lists of ids: a list is padded (its last id repeated) to the
+#: next length, so each statement has at most four texts in the statement cache instead of
+#: one per list length. Oracle allows at most 1000 expressions in a list.
+ID_LIST_LENGTHS = (1, 10, 100, 1000)
+#: statements whose :error is bound as a CLOB: a string over 4000 bytes would otherwise be
+#: sent as LONG, which may not appear in an expression (ORA-01461)
+CLOB_BINDS: dict[str, tuple[str, ...]] = {"fail": ("error",), "record_error": ("error",)}
+#: parameters bound as TIMESTAMP: python-oracledb binds a datetime as DATE by default,
+#: which drops the microseconds
+TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",)}
 
+# A refused login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
+# ("cannot log in to URL: ...", never a raw driver error).
+_LOGIN_CODES: frozenset[object] = frozenset({
+    1017,       # invalid username/password; logon denied
+    1005,       # null password given; logon denied
+    28000,      # the account is locked
+    28001,      # the password has expired
+    1045,       # user lacks CREATE SESSION privilege
+    "DPY-4001",  # python-oracledb: no credentials specified
+})
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.UNIQUE: frozenset({1}),              # ORA-00001 unique constraint violated
     # check constraint, NULL into / update to NOT NULL
@@ -41,21 +66,50 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         "DPY-1001", "DPY-4011", "DPY-6000", "DPY-6005",  # python-oracledb: not connected, ...
     }),
     # invalid username/password, no CREATE SESSION privilege, account locked, expired
-    ErrorKind.LOGIN: frozenset({1017, 1045, 28000, 28001}),
+    ErrorKind.LOGIN: frozenset(_LOGIN_CODES),
     # listener does not know the service / SID (thin mode: DPY-6001 / DPY-6003)
     ErrorKind.UNKNOWN_DATABASE: frozenset({12514, 12505, "DPY-6001", "DPY-6003"}),
     ErrorKind.UNDEFINED_TABLE: frozenset({942}),    # table or view does not exist
 }
-# "ORA-00955: name is already used by an existing object" and friends: tolerated by migrate
-_ALREADY_EXISTS = {955, 1408, 1430, 2260, 2261, 2264, 2275}
+# "ORA-00955: name is already used by an existing object" and friends, and ORA-02443
+# (cannot drop a constraint that does not exist): tolerated by migrate
+_ALREADY_EXISTS = {955, 1408, 1430, 2260, 2261, 2264, 2275, 2443}
 _ORA = re.compile(r"\bORA-(\d{5})\b")
 # URL query options passed to oracledb.connect, converted to the type it expects
 _OPTIONS: dict[str, type] = {
     "service_name": str, "sid": str, "protocol": str, "tcp_connect_timeout": float,
     "expire_time": int, "retry_count": int, "retry_delay": int, "wallet_location": str,
-    "config_dir": str, "ssl_server_dn_match": bool, "ssl_server_cert_dn": str,
-    "https_proxy": str, "https_proxy_port": int, "program": str, "stmtcachesize": int,
+    "wallet_password": str, "config_dir": str, "ssl_server_dn_match": bool,
+    "ssl_server_cert_dn": str, "https_proxy": str, "https_proxy_port": int, "program": str,
+    "stmtcachesize": int,
 }
+# URL query options that choose python-oracledb's mode instead of going to connect()
+_MODE_OPTIONS = ("mode", "lib_dir")
+# python-oracledb's thick mode is per process: the arguments it was enabled with
+_thick_lock = threading.Lock()
+_thick_args: dict[str, str] | None = None
+
+
+def enable_thick_mode(lib_dir: str | None, config_dir: str | None) -> None:
+    """Load the Oracle Client libraries (``oracledb.init_oracle_client``) once per process;
+    a second URL asking for other ``lib_dir``/``config_dir`` values is refused."""
+    global _thick_args
+    args = {k: v for k, v in (("lib_dir", lib_dir), ("config_dir", config_dir)) if v}
+    with _thick_lock:
+        if _thick_args is not None:
+            if args != _thick_args:
+                raise ConfigurationError(
+                    f"Oracle thick mode is already enabled in this process with {_thick_args}"
+                    f"; python-oracledb cannot load the client libraries again with {args}")
+            return
+        try:
+            oracledb.init_oracle_client(**args)
+        except oracledb.Error as exc:
+            where = f" from lib_dir={lib_dir!r}" if lib_dir else ""
+            raise DriverMissingError(
+                f"Oracle thick mode (?mode=thick) could not load the Oracle Client "
+                f"libraries{where}: {exc}") from None
+        _thick_args = args
 
 
 def oracle_codes(exc: BaseException) -> tuple[int, str]:
@@ -86,12 +140,16 @@ class OracleBackend(SqlBackend):
     driver_module = "oracledb"
 
     def __init__(self, url: DatabaseURL, **kw: Any) -> None:
-        self.connect_params = _connect_params(url)
+        self.thick, self.lib_dir = _mode(url)
+        self.connect_params = _connect_params(url, thick=self.thick)
         super().__init__(url, **kw)
 
     def connect(self) -> Any:
-        conn = oracledb.connect(user=self.url.username, password=self.url.password,
-                                **self.connect_params)
+        if self.thick:
+            enable_thick_mode(self.lib_dir, self.connect_params.get("config_dir"))
+        params = {k: v for k, v in self.connect_params.items()
+                  if not (self.thick and k == "config_dir")}
+        conn = oracledb.connect(user=self.url.username, password=self.url.password, **params)
         conn.autocommit = False
         conn.outputtypehandler = _lobs_as_strings
         return conn
@@ -105,6 +163,22 @@ class OracleBackend(SqlBackend):
         if kind is None and getattr(err, "is_session_dead", False):
             kind = ErrorKind.CONNECTION
         return kind or ErrorKind.OTHER
+
+    def execute(self, cur: Any, name_or_sql: str, params: dict[str, Any] | None = None) -> Any:
+        """Bind the parameters of :data:`CLOB_BINDS` and :data:`TIMESTAMP_BINDS` with their
+        type, as values made for this one execution: ``cursor.setinputsizes()`` would stay on
+        the cursor and break its next statement (DPY-4008, python-oracledb issue #411)."""
+        params = dict(params or {})
+        for name in CLOB_BINDS.get(name_or_sql, ()):
+            lob = cur.connection.createlob(oracledb.DB_TYPE_CLOB)
+            if params[name]:
+                lob.write(params[name])
+            params[name] = lob
+        for name in TIMESTAMP_BINDS.get(name_or_sql, ()):
+            var = cur.var(oracledb.DB_TYPE_TIMESTAMP)
+            var.setvalue(0, params[name])
+            params[name] = var
+        return super().execute(cur, name_or_sql, params)
 
     # ---- schema -------------------------------------------------------------------------
 
@@ -134,7 +208,6 @@ class OracleBackend(SqlBackend):
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
         out = cur.var(int)
-        cur.setinputsizes(run_at=oracledb.DB_TYPE_TIMESTAMP)
         try:
             self.execute(cur, "insert_job", {**params, "job_id": out})
         except oracledb.Error as exc:
@@ -150,54 +223,85 @@ class OracleBackend(SqlBackend):
     # ---- claim, reap, prune: lock n ids with a cursor, then act on them ------------------
 
     def lock_ids(self, cur: Any, name: str, params: dict[str, Any], limit: int) -> list[int]:
-        """Fetch (and so lock) at most ``limit`` ids of the FOR UPDATE SKIP LOCKED query."""
+        """Fetch (and so lock) at most ``limit`` ids of the FOR UPDATE SKIP LOCKED query, in
+        rounds of equal size of at most :data:`FETCH_ROWS` (one round per round trip)."""
         if limit <= 0:
             return []
+        rounds = -(-limit // FETCH_ROWS)
+        size = -(-limit // rounds)      # rounds * size - limit < rounds rows over-fetched
         lock_cur = cur.connection.cursor()
+        ids: list[int] = []
         try:
-            lock_cur.prefetchrows = limit   # rows fetched in the execute round trip
-            lock_cur.arraysize = limit      # rows per later fetch: never more than n
+            lock_cur.prefetchrows = size    # rows fetched in the execute round trip
+            lock_cur.arraysize = size       # rows per later fetch round trip
             self.execute(lock_cur, name, params)
-            rows = lock_cur.fetchmany(limit)
+            while len(ids) < limit:
+                rows = lock_cur.fetchmany(min(size, limit - len(ids)))
+                if not rows:
+                    break
+                ids.extend(int(row[0]) for row in rows)
         finally:
             lock_cur.close()
-        return [int(row[0]) for row in rows]
+        return ids
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         ids = self.lock_ids(cur, "claim_lock", params, int(params["limit"]))
         rows: list[Sequence[Any]] = []
-        for chunk in _chunks(ids):
+        for chunk in id_lists(ids):
             self.execute(cur, "claim", {**params, "ids": chunk})
-        for chunk in _chunks(ids):
+        for chunk in id_lists(ids):
             rows.extend(self.execute(cur, "claimed", {**params, "ids": chunk}).fetchall())
         return rows
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         ids = self.lock_ids(cur, "reap_lock", params, int(params["limit"]))
         return sum(int(self.execute(cur, "reap", {**params, "ids": chunk}).rowcount)
-                   for chunk in _chunks(ids))
+                   for chunk in id_lists(ids))
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
         ids = self.lock_ids(cur, "prune_lock", params, int(params["limit"]))
         return sum(int(self.execute(cur, "prune", {"ids": chunk}).rowcount)
-                   for chunk in _chunks(ids))
+                   for chunk in id_lists(ids))
 
 
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for i in range(0, len(ids), ID_CHUNK):
-        yield ids[i:i + ID_CHUNK]
+def id_lists(ids: list[int]) -> Iterator[list[int]]:
+    """``ids`` in lists of the lengths in :data:`ID_LIST_LENGTHS`, each padded by repeating
+    its last id (a repeated id in an IN list matches the same row once)."""
+    longest = ID_LIST_LENGTHS[-1]
+    for i in range(0, len(ids), longest):
+        chunk = ids[i:i + longest]
+        length = next(n for n in ID_LIST_LENGTHS if n >= len(chunk))
+        yield chunk + [chunk[-1]] * (length - len(chunk))
 
 
-def _connect_params(url: DatabaseURL) -> dict[str, Any]:
+def _mode(url: DatabaseURL) -> tuple[bool, str | None]:
+    """``(thick, lib_dir)`` from ``?mode=thin|thick`` and ``?lib_dir=``."""
+    mode = url.query.get("mode", "thin").lower()
+    if mode not in ("thin", "thick"):
+        raise ConfigurationError(f"Oracle URL option mode={mode!r}: use thin or thick")
+    lib_dir = url.query.get("lib_dir") or None
+    if lib_dir is not None and mode != "thick":
+        raise ConfigurationError("Oracle URL option lib_dir needs mode=thick")
+    return mode == "thick", lib_dir
+
+
+def _connect_params(url: DatabaseURL, thick: bool = False) -> dict[str, Any]:
     """Keyword arguments of ``oracledb.connect`` (host, port, service) from the URL."""
     params: dict[str, Any] = {"host": url.host, "port": url.port or DEFAULT_PORT}
     if url.database:
         params["service_name"] = url.database
     for key, value in url.query.items():
+        if key in _MODE_OPTIONS:
+            continue
+        if key == "wallet_password" and thick:
+            raise ConfigurationError(
+                "Oracle URL option wallet_password is used by thin mode only; in thick mode "
+                "use an auto-login wallet (cwallet.sso) in wallet_location or config_dir")
         kind = _OPTIONS.get(key)
         if kind is None:
             raise ConfigurationError(
-                f"unknown Oracle URL option {key!r}; supported: {', '.join(sorted(_OPTIONS))}")
+                f"unknown Oracle URL option {key!r}; supported: "
+                f"{', '.join(sorted([*_OPTIONS, *_MODE_OPTIONS]))}")
         try:
             if kind is bool:
                 params[key] = _boolean(value)

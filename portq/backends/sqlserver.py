@@ -1,31 +1,47 @@
-"""SQL Server 2017+ and Azure SQL (pyodbc with Microsoft's ODBC Driver 18, or FreeTDS).
+"""SQL Server 2019+ and Azure SQL: pyodbc (Microsoft's ODBC Driver 18, or FreeTDS) or
+Microsoft's mssql-python (its own bundled driver: no system ODBC install).
 
 The claim is one statement: an ordered ``TOP (n)`` CTE read ``WITH (UPDLOCK, READPAST,
 ROWLOCK, READCOMMITTEDLOCK)`` and an ``UPDATE`` through it with ``OUTPUT inserted.*``
 (``dialects/sqlserver/queries.sql`` explains each hint). READCOMMITTEDLOCK keeps the claim
 correct on databases with READ_COMMITTED_SNAPSHOT ON (Azure SQL's default), where READPAST
 would otherwise be refused (error 650). Idempotent enqueue is ``INSERT ... SELECT ... WHERE
-NOT EXISTS (... WITH (UPDLOCK, HOLDLOCK))``, which never raises on a taken key.
+NOT EXISTS (...)``, which locks only the key it inserts; a key taken by a concurrent
+transaction raises 2627/2601, which rolls back that statement only (XACT_ABORT OFF) and is
+caught.
 
 Connections portq opens run in ODBC manual-commit mode at READ COMMITTED with
-``XACT_ABORT ON``. pyodbc is imported only to connect, so this module (its connection
+``XACT_ABORT OFF``. The driver is imported only to connect, so this module (its connection
 string builder and error mapping) loads without the ODBC libraries.
 """
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend
-from portq.errors import ConfigurationError, DriverMissingError
+from portq.backends.base import ErrorKind, SqlBackend, _scrub
+from portq.errors import ConfigurationError, DatabaseError, DriverMissingError
 from portq.url import DatabaseURL
 
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
 DEFAULT_LOGIN_TIMEOUT_S = 10
+#: ``?driver=`` values (and the ``mssql+mssqlpython://`` scheme) that select mssql-python
+MSSQL_PYTHON = frozenset({"mssql-python", "mssql_python", "mssqlpython"})
+#: what mssql-python's bundled ODBC driver needs from the system (Debian/Ubuntu names)
+MSSQL_PYTHON_LIBRARIES = ("libltdl7", "libkrb5-3", "libgssapi-krb5-2")
 
+# A failed login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
+# ("cannot log in to URL: ...", never a raw driver error); 4060 is UNKNOWN_DATABASE.
+_LOGIN_CODES: frozenset[object] = frozenset({
+    18456,      # Login failed for user
+    18452,      # login from an untrusted domain (Windows authentication)
+    18486, 18487, 18488,  # account locked out, password expired, must change password
+    "28000",    # SQLSTATE: invalid authorization specification (a failed login)
+})
 # native error numbers and SQLSTATEs (strings) by kind
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.UNIQUE: frozenset({2627, 2601}),  # unique constraint / unique index violation
@@ -37,14 +53,34 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         40197, 40501, 40613,              # Azure SQL: service error, busy, database unavailable
         # SQLSTATEs of a lost or unusable connection (08S01 communication link failure, ...)
         "08S01", "08001", "08003", "08004", "08007",
+        "HYT00",    # timeout expired (portq sets no query timeout: the login timed out)
+        "HYT01",    # connection timeout expired
     }),
-    # login failed, password must be changed, account locked; SQLSTATE invalid authorization
-    ErrorKind.LOGIN: frozenset({18456, 18488, 18486, "28000"}),
+    ErrorKind.LOGIN: frozenset(_LOGIN_CODES),
     ErrorKind.UNKNOWN_DATABASE: frozenset({4060}),  # cannot open database requested by login
     ErrorKind.UNDEFINED_TABLE: frozenset({208}),    # invalid object name
 }
 # "... message text. (2627) (SQLExecDirectW)": the native error precedes the ODBC call name
 _NATIVE = re.compile(r"\((-?\d+)\)\s*\(SQL[A-Za-z]+\)")
+# mssql-python does not report the native error number: the server's (English) message
+# texts of the errors portq tells apart within one SQLSTATE
+_NATIVE_TEXTS: tuple[tuple[re.Pattern[str], int], ...] = tuple(
+    (re.compile(text, re.I), number) for text, number in (
+        (r"Violation of (UNIQUE KEY|PRIMARY KEY) constraint", 2627),
+        (r"Cannot insert duplicate key row", 2601),
+        (r"conflicted with the (CHECK|FOREIGN KEY|REFERENCE) constraint", 547),
+        (r"Cannot insert the value NULL into column", 515),
+        (r"was deadlocked on lock", 1205),
+        (r"Lock request time out period exceeded", 1222),
+        (r"Snapshot isolation transaction aborted due to update conflict", 3960),
+        (r"Login failed for user", 18456),
+        (r"Cannot open database", 4060),
+        (r"Invalid object name", 208),
+    ))
+# mssql-python keeps no SQLSTATE on its exceptions, only the description its
+# sqlstate_to_exception() gives each one: the SQLSTATEs portq maps, found by that text
+_MSSQL_PYTHON_STATES = ("23000", "40001", "28000", "HYT00", "HYT01", "08S01", "08001",
+                        "08003", "08004", "08007")
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]*$")
 # URL query options with a canonical ODBC keyword; any other key passes through verbatim
 _KEYWORDS = {"encrypt": "Encrypt", "trustservercertificate": "TrustServerCertificate",
@@ -64,16 +100,61 @@ def odbc_value(value: str) -> str:
     return "{" + value.replace("}", "}}") + "}"
 
 
+def _message(exc: BaseException) -> str:
+    return " ".join(str(a) for a in exc.args)
+
+
 def native_errors(exc: BaseException) -> list[int]:
-    """The SQL Server error numbers in a pyodbc exception's message, in order."""
-    text = " ".join(str(a) for a in exc.args)
-    return [int(n) for n in _NATIVE.findall(text)]
+    """The SQL Server error numbers in a driver exception's message, in order: pyodbc's
+    ``(2627) (SQLExecDirectW)`` suffixes, else the known message texts (mssql-python)."""
+    text = _message(exc)
+    found = [int(n) for n in _NATIVE.findall(text)]
+    return found or [number for pattern, number in _NATIVE_TEXTS if pattern.search(text)]
 
 
 def sqlstate(exc: BaseException) -> str:
-    """The SQLSTATE pyodbc puts in ``args[0]`` (``""`` when there is none)."""
+    """The SQLSTATE of a pyodbc (``args[0]``) or mssql-python exception (``""`` if none)."""
     first = exc.args[0] if exc.args else ""
-    return first if isinstance(first, str) and re.fullmatch(r"[0-9A-Z]{5}", first) else ""
+    if isinstance(first, str) and re.fullmatch(r"[0-9A-Z]{5}", first):
+        return first
+    described = getattr(exc, "driver_error", None)
+    if isinstance(described, str) and type(exc).__module__.startswith("mssql_python"):
+        return _mssql_python_states().get(described, "")
+    return ""
+
+
+def _mssql_python_states() -> dict[str, str]:
+    """mssql-python's description of each SQLSTATE in ``_MSSQL_PYTHON_STATES`` -> the code."""
+    exceptions = importlib.import_module("mssql_python.exceptions")
+    out: dict[str, str] = {}
+    for state in _MSSQL_PYTHON_STATES:
+        made = exceptions.sqlstate_to_exception(state, "")
+        if made is not None:
+            out.setdefault(made.driver_error, state)
+    return out
+
+
+def dbapi_module(url: DatabaseURL) -> str:
+    """The DB-API module a SQL Server URL asks for: ``mssql_python`` for
+    ``mssql+mssqlpython://`` or ``?driver=mssql-python``, else ``pyodbc``."""
+    if url.driver == "mssqlpython":
+        return "mssql_python"
+    for key, value in url.query.items():
+        if key.lower() == "driver" and value.strip("{}").lower() in MSSQL_PYTHON:
+            return "mssql_python"
+    return "pyodbc"
+
+
+def drain(cur: Any) -> list[Any]:
+    """Read every result of the batch just executed, in order, and return the rows of the
+    last result set. pyodbc (and mssql-python) report results after the first only through
+    ``nextset()``, and an error raised later in a batch only when it is reached."""
+    rows: list[Any] = []
+    while True:
+        if cur.description is not None:
+            rows = list(cur.fetchall())
+        if not cur.nextset():
+            return rows
 
 
 class SqlServerBackend(SqlBackend):
@@ -83,6 +164,7 @@ class SqlServerBackend(SqlBackend):
     driver_module = "pyodbc"
 
     def __init__(self, url: DatabaseURL, **kw: Any) -> None:
+        self.dbapi = dbapi_module(url)
         self.driver, self.login_timeout_s, self.options = _connect_options(url)
         super().__init__(url, **kw)
 
@@ -100,7 +182,9 @@ class SqlServerBackend(SqlBackend):
         server = self.url.host or ""
         if self.url.port is not None:
             server += f",{self.url.port}"
-        parts = {"DRIVER": self.driver, "SERVER": server}
+        # mssql-python names its bundled driver itself and refuses a DRIVER keyword
+        parts = {"SERVER": server} if self.dbapi == "mssql_python" else \
+            {"DRIVER": self.driver, "SERVER": server}
         if self.url.database:
             parts["DATABASE"] = self.url.database
         if self.url.username is not None:
@@ -110,25 +194,43 @@ class SqlServerBackend(SqlBackend):
         parts.update(self.options)
         return ";".join(f"{k}={odbc_value(v)}" for k, v in parts.items()) + ";"
 
+    def accepts_connection(self, conn: Any) -> bool:
+        return type(conn).__module__.split(".")[0] == self.dbapi
+
     def connect(self) -> Any:
         from portq.backends import import_driver
-        pyodbc = import_driver(self.engine)
+        module = import_driver(self.engine, self.dbapi)
         try:
-            conn = pyodbc.connect(self.connection_string(), autocommit=False,
+            conn = module.connect(self.connection_string(), autocommit=False,
                                   timeout=self.login_timeout_s)
-        except pyodbc.Error as exc:
-            state, text = sqlstate(exc), str(exc)
-            if state == "IM002" or "Can't open lib" in text:
-                raise DriverMissingError(
-                    f"the ODBC driver {self.driver!r} is not installed (installed: "
-                    f"{', '.join(pyodbc.drivers()) or 'none'}); install Microsoft's "
-                    f"'{DEFAULT_DRIVER}', or FreeTDS (tdsodbc) and add ?driver=FreeTDS "
-                    "to the URL") from None
+        except Exception as exc:
+            self._raise_setup_error(module, exc)
             raise
         return self.set_up_session(conn, lambda cur: self.execute(cur, "session_setup"))
 
+    def _raise_setup_error(self, module: Any, exc: Exception) -> None:
+        """A missing driver or a bad connection option as one clear portq error."""
+        state, text = sqlstate(exc), _message(exc)
+        if self.dbapi == "mssql_python":
+            if type(exc).__name__ == "ConnectionStringParseError":
+                raise ConfigurationError(
+                    "mssql-python refused the connection options: "
+                    f"{_scrub(text, self.url)}") from None
+            if "Failed to load the driver" in text:
+                raise DriverMissingError(
+                    "mssql-python could not load its bundled ODBC driver: it needs the "
+                    f"system libraries {', '.join(MSSQL_PYTHON_LIBRARIES)} (Debian/Ubuntu: "
+                    f"apt-get install {' '.join(MSSQL_PYTHON_LIBRARIES)})") from None
+            return
+        if state == "IM002" or "Can't open lib" in text:
+            raise DriverMissingError(
+                f"the ODBC driver {self.driver!r} is not installed (installed: "
+                f"{', '.join(module.drivers()) or 'none'}); install Microsoft's "
+                f"'{DEFAULT_DRIVER}', or FreeTDS (tdsodbc) and add ?driver=FreeTDS "
+                "to the URL, or use Microsoft's mssql-python (?driver=mssql-python)") from None
+
     def classify(self, exc: BaseException) -> ErrorKind:
-        if type(exc).__module__ != "pyodbc":
+        if type(exc).__module__.split(".")[0] not in ("pyodbc", "mssql_python"):
             return ErrorKind.OTHER
         kind = self.kind_of(*native_errors(exc), sqlstate(exc))
         text = str(exc).lower()
@@ -139,7 +241,14 @@ class SqlServerBackend(SqlBackend):
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:
-        self.execute(cur, "migration_lock")
+        rows = drain(self.execute(cur, "migration_lock"))
+        code = int(rows[0][0]) if rows and rows[0][0] is not None else -999
+        if code < 0:
+            meaning = {-1: "timed out after 60 s (another migrate() holds it)", -2: "was "
+                       "cancelled", -3: "was chosen as a deadlock victim"}.get(
+                           code, "failed (a parameter or call error)")
+            raise DatabaseError(f"migrate: the migration lock on {self.url.redacted()} "
+                                f"{meaning}: sp_getapplock returned {code}")
         yield
 
     # ---- enqueue ------------------------------------------------------------------------
@@ -148,12 +257,16 @@ class SqlServerBackend(SqlBackend):
         try:
             return super().insert_job(cur, params)
         except Exception as exc:
-            # a duplicate key despite the UPDLOCK, HOLDLOCK probe (e.g. the caller's
-            # session runs at SNAPSHOT): fine while the caller's transaction survives
+            # a concurrent transaction inserted the key after the NOT EXISTS probe: only
+            # this statement is rolled back while XACT_ABORT is OFF (the default)
             if params.get("key") is None or self.classify(exc) is not ErrorKind.UNIQUE:
                 raise
             if self.execute(cur, "transaction_state").fetchone()[0] != 1:
-                raise
+                raise DatabaseError(
+                    f"enqueue: job key {params['key']!r} was taken by a concurrent "
+                    "transaction, and SQL Server rolled back the calling transaction "
+                    "because its connection has XACT_ABORT ON; run the transaction again, "
+                    "or enqueue keyed jobs on a connection with XACT_ABORT OFF") from exc
             return None
 
 

@@ -2,14 +2,19 @@
 
 :func:`container_url` starts one only where a Docker daemon answers; everywhere else it
 returns None at once (no image pull, no waiting), and the plugin skips that engine.
-The SQL Server container gets a ``portq`` database with READ_COMMITTED_SNAPSHOT ON (Azure
-SQL's default, and the harder case for READPAST); the Oracle one an ``APP_USER`` in
-FREEPDB1. Images can be overridden with ``PORTQ_TEST_<ENGINE>_IMAGE``.
+The SQL Server container gets two databases, :data:`SQLSERVER_DATABASES`: ``portq`` with
+READ_COMMITTED_SNAPSHOT OFF (the on-premises default: plain reads wait on locks) and
+``portq_rcsi`` with it ON (Azure SQL's default: READPAST needs READCOMMITTEDLOCK); the
+plugin runs the suite on both. The Oracle one gets an ``APP_USER`` in FREEPDB1. Images can
+be overridden with ``PORTQ_TEST_<ENGINE>_IMAGE``; the SQL Server driver with
+``PORTQ_TEST_MSSQL_DRIVER`` (``mssql-python``, the default when it is installed, or an ODBC
+driver name for pyodbc).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import secrets
@@ -26,7 +31,8 @@ IMAGES = {
     "sqlserver": "mcr.microsoft.com/mssql/server:2022-latest",
     "oracle": "gvenzl/oracle-free:23-slim-faststart",
 }
-_DATABASE = "portq"
+#: SQL Server test databases -> their READ_COMMITTED_SNAPSHOT setting
+SQLSERVER_DATABASES = {"portq": "OFF", "portq_rcsi": "ON"}
 
 
 def docker_available(timeout: float = 3.0) -> bool:
@@ -87,22 +93,44 @@ def _address(container: Any, port: int) -> str:
     return f"{container.get_container_host_ip()}:{container.get_exposed_port(port)}"
 
 
+def sqlserver_driver_option() -> str:
+    """The ``driver=`` URL option for test servers: mssql-python when it is installed (it
+    needs no system ODBC), else pyodbc with Microsoft's ODBC Driver 18."""
+    chosen = os.environ.get("PORTQ_TEST_MSSQL_DRIVER")
+    if chosen is None:
+        chosen = "mssql-python" if importlib.util.find_spec("mssql_python") else \
+            "ODBC Driver 18 for SQL Server"
+    return quote(chosen, safe="")
+
+
 def _sqlserver(image: str, started: list[Any]) -> str:
     password = _password()
     container = _module("mssql").SqlServerContainer(image, password=password)
     container.with_env("MSSQL_PID", "Developer")
     started.append(container)
     container.start()
-    sql = (f"IF DB_ID(N'{_DATABASE}') IS NULL CREATE DATABASE {_DATABASE}; "
-           f"ALTER DATABASE {_DATABASE} SET READ_COMMITTED_SNAPSHOT ON WITH ROLLBACK IMMEDIATE;")
+    sql = " ".join(f"IF DB_ID(N'{db}') IS NULL CREATE DATABASE {db}; ALTER DATABASE {db} SET "
+                   f"READ_COMMITTED_SNAPSHOT {rcsi} WITH ROLLBACK IMMEDIATE;"
+                   for db, rcsi in SQLSERVER_DATABASES.items())
     code, output = container.exec(
         ["bash", "-c", 'for d in /opt/mssql-tools18 /opt/mssql-tools; do '
          '[ -x "$d/bin/sqlcmd" ] && exec "$d/bin/sqlcmd" -C -b -S localhost -U sa '
          f'-P "$SA_PASSWORD" -Q "{sql}"; done; exit 127'])
     if code != 0:
-        raise RuntimeError(f"creating database {_DATABASE} failed: {output!r}")
-    return (f"mssql://sa:{quote(password, safe='')}@{_address(container, 1433)}/{_DATABASE}"
-            "?TrustServerCertificate=yes")
+        raise RuntimeError(f"creating databases {', '.join(SQLSERVER_DATABASES)} failed: "
+                           f"{output!r}")
+    first = next(iter(SQLSERVER_DATABASES))
+    return (f"mssql://sa:{quote(password, safe='')}@{_address(container, 1433)}/{first}"
+            f"?TrustServerCertificate=yes&driver={sqlserver_driver_option()}")
+
+
+def sqlserver_rcsi_url(url: str) -> str:
+    """The URL of the READ_COMMITTED_SNAPSHOT ON database beside ``url``'s (a container's)."""
+    off, on = SQLSERVER_DATABASES
+    head, sep, tail = url.partition(f"/{off}?")
+    if not sep:
+        raise ValueError("not a test container's SQL Server URL")
+    return f"{head}/{on}?{tail}"
 
 
 def _oracle(image: str, started: list[Any]) -> str:

@@ -71,6 +71,8 @@ def _default_targets() -> list[Target]:
                         ("oracle", "PORTQ_TEST_ORACLE_URL")):
         url = os.environ.get(var)
         targets.append(Target(engine, url) if url else _container_target(engine, var))
+    targets.append(_sqlserver_rcsi_target(targets[-2], from_env="PORTQ_TEST_MSSQL_URL" in
+                                          os.environ))
     # MySQL 8.4 beside the local MariaDB: from PORTQ_TEST_MYSQL84_URL or, where Docker runs,
     # a testcontainer; with neither, no target at all (MariaDB covers the mysql backend here)
     mysql84 = os.environ.get("PORTQ_TEST_MYSQL84_URL")
@@ -95,6 +97,23 @@ def _container_target(engine: str, var: str) -> Target:
                       f"no {label} server reachable ({var} not set and Docker not available)")
     url, stop = found
     return Target(engine, url, cleanup=[stop])
+
+
+def _sqlserver_rcsi_target(sqlserver: Target, from_env: bool) -> Target:
+    """SQL Server a second time, on a database with READ_COMMITTED_SNAPSHOT ON (reads
+    version rows instead of locking): ``PORTQ_TEST_MSSQL_RCSI_URL``, or the test container's
+    second database (``portq_rcsi``). The first target is the setting's other side."""
+    name = "sqlserver-rcsi"
+    url = os.environ.get("PORTQ_TEST_MSSQL_RCSI_URL")
+    if url:
+        return Target("sqlserver", url, name=name)
+    if sqlserver.url is None or from_env:
+        reason = sqlserver.reason or (
+            "no SQL Server database with READ_COMMITTED_SNAPSHOT ON "
+            "(PORTQ_TEST_MSSQL_RCSI_URL not set)")
+        return Target("sqlserver", None, reason, name=name)
+    from portq.conformance.containers import sqlserver_rcsi_url
+    return Target("sqlserver", sqlserver_rcsi_url(sqlserver.url), name=name)
 
 
 def pytest_configure(config: pytest.Config) -> None:
