@@ -23,6 +23,8 @@ SYSTEM_LIBRARIES: dict[str, str] = {
     "pyodbc": "unixODBC's libodbc.so.2: install it with `apt-get install unixodbc` "
               "(Debian/Ubuntu), `dnf install unixODBC` (Fedora/RHEL) or "
               "`brew install unixodbc` (macOS)",
+    "mssql_python": "libltdl7, libkrb5-3 and libgssapi-krb5-2: install them with "
+                    "`apt-get install libltdl7 libkrb5-3 libgssapi-krb5-2` (Debian/Ubuntu)",
 }
 #: pip extras of drivers that are not their engine's default
 DRIVER_EXTRAS: dict[str, str] = {"mssql_python": "mssql-python"}
