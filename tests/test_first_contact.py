@@ -177,3 +177,14 @@ def test_async_api_on_an_unmigrated_database(engine_url: str) -> None:
 
     errors = asyncio.run(main())
     assert [type(e) for e in errors] == [portq.SchemaMissingError] * 2
+
+
+def test_bad_url_options_are_one_line(tmp_path: Path) -> None:
+    for url, message in (
+            (f"sqlite:///{tmp_path}/x.db?busy_timeout_ms=abc",
+             "busy_timeout_ms='abc' must be a whole number of milliseconds"),
+            (f"sqlite:///{tmp_path}/x.db?bogus=1", "unknown SQLite URL option 'bogus'"),
+            ("postgresql://postgres:S3cret@127.0.0.1:5432/db?bogus_option=1",
+             'unknown PostgreSQL URL option: invalid connection option "bogus_option";')):
+        line = one_error_line(run_portq("stats", url, check=False))
+        assert message in line and "S3cret" not in line

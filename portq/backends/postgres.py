@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from portq.backends.base import ErrorKind, SqlBackend
+from portq.backends.base import ErrorKind, SqlBackend, one_line
+from portq.errors import ConfigurationError
 from portq.job import Claim
 from portq.pool import close_quietly
 from portq.protocol import NewJob
@@ -46,7 +47,16 @@ class PostgresBackend(SqlBackend):
     driver_module = "psycopg"
 
     def connect(self) -> Any:
-        return psycopg.connect(autocommit=False, **self.connect_kwargs())
+        try:
+            return psycopg.connect(autocommit=False, **self.connect_kwargs())
+        except psycopg.ProgrammingError as exc:
+            if "invalid connection option" not in str(exc):
+                raise
+            raise ConfigurationError(
+                f"unknown PostgreSQL URL option: {one_line(str(exc))}; the query string "
+                "takes libpq connection parameters (e.g. sslmode, connect_timeout, "
+                "application_name)"
+            ) from None
 
     def connect_kwargs(self) -> dict[str, Any]:
         """psycopg.connect() arguments from the URL (includes the password: never log)."""

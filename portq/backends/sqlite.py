@@ -33,7 +33,16 @@ class SqliteBackend(SqlBackend):
     max_retries = 3  # each attempt already waits up to busy_timeout_ms for the lock
 
     def __init__(self, url: DatabaseURL, *, busy_timeout_ms: int = 5000, **kw: Any) -> None:
-        self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
+        unknown = sorted(set(url.query) - {"busy_timeout_ms"})
+        if unknown:
+            raise ConfigurationError(f"unknown SQLite URL option {unknown[0]!r}; portq "
+                                     "accepts busy_timeout_ms")
+        try:
+            self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
+        except ValueError:
+            raise ConfigurationError(
+                f"busy_timeout_ms={url.query['busy_timeout_ms']!r} must be a whole number of "
+                "milliseconds") from None
         if self.busy_timeout_ms < 0:
             raise ConfigurationError("busy_timeout_ms must not be negative")
         self.in_memory = url.path == ":memory:"
