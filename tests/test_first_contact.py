@@ -185,6 +185,10 @@ def test_bad_url_options_are_one_line(tmp_path: Path) -> None:
              "busy_timeout_ms='abc' must be a whole number of milliseconds"),
             (f"sqlite:///{tmp_path}/x.db?bogus=1", "unknown SQLite URL option 'bogus'"),
             ("postgresql://postgres:S3cret@127.0.0.1:5432/db?bogus_option=1",
-             'unknown PostgreSQL URL option: invalid connection option "bogus_option";')):
+             'unknown PostgreSQL URL option: invalid connection option "bogus_option";'),
+            ("mysql://root:S3cret@127.0.0.1:3306/db?charset=bogus",
+             "MySQL URL option charset='bogus' is not a character set"),
+            ("mysql://root:S3cret@127.0.0.1:3306/db?ssl_ca=/no/such/ca.pem",
+             "MySQL URL option ssl_ca='/no/such/ca.pem': no such file")):
         line = one_error_line(run_portq("stats", url, check=False))
         assert message in line and "S3cret" not in line
