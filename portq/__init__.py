@@ -1,15 +1,20 @@
 """portq: background jobs in an ordinary SQL table, claimed safely by competing workers."""
 
 from portq.errors import (
+    CannotConnect,
     ConfigurationError,
     ConnectionLost,
+    DatabaseBusy,
     DatabaseError,
+    DatabaseMissing,
     DriverMissingError,
     InvalidQueueName,
+    LoginFailed,
     PayloadError,
     Permanent,
     PortqError,
     SchemaError,
+    SchemaMissingError,
 )
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
@@ -17,9 +22,10 @@ from portq.retry import Backoff
 from portq.worker import RetryAfter, Worker
 
 __all__ = [
-    "Backoff", "Claim", "ConfigurationError", "ConnectionLost", "DatabaseError",
-    "DriverMissingError", "InvalidQueueName", "Job", "JobRecord", "PayloadError", "Permanent",
-    "PortqError", "Queue", "QueueStats", "RetryAfter", "SchemaError", "State", "Worker",
-    "connect",
+    "Backoff", "CannotConnect", "Claim", "ConfigurationError", "ConnectionLost",
+    "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
+    "InvalidQueueName", "Job", "JobRecord", "LoginFailed", "PayloadError", "Permanent",
+    "PortqError", "Queue", "QueueStats", "RetryAfter", "SchemaError", "SchemaMissingError",
+    "State", "Worker", "connect",
 ]
 __version__ = "0.1.0"

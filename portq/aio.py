@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
-from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.backends.base import ErrorKind, SqlBackend, conflict_delay, storable_error
+from portq.errors import ConfigurationError, DatabaseError, Permanent
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
 from portq.queue import (
@@ -125,10 +125,10 @@ class AsyncQueue:
                     attempt += 1
                     await asyncio.sleep(conflict_delay(attempt))
                     continue
-                if kind is ErrorKind.CONNECTION:
-                    raise ConnectionLost(f"{op}: lost the connection to {self.url}: "
-                                         f"{type(exc).__name__}") from exc
-                raise
+                error = self.backend.translate(op, exc, kind, attempts=attempt + 1)
+                if error is None:
+                    raise
+                raise error from exc
 
     async def _insert(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
         """The async form of :meth:`SqlBackend.insert_jobs` (same statements)."""
@@ -233,7 +233,8 @@ class AsyncQueue:
         async def go(cur: Any) -> bool:
             if (await self._execute(cur, "fail", params)).rowcount != 1:
                 return False
-            await self._execute(cur, "record_error", {**params, "error": str(error)[:8000]})
+            await self._execute(cur, "record_error",
+                                {**params, "error": storable_error(str(error))[:8000]})
             return True
         return bool(await self._run("fail", go))
 

@@ -11,12 +11,14 @@ import re
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import portq
-from portq.errors import ConfigurationError, PortqError
+from portq.errors import ConfigurationError, PayloadError, PortqError
 from portq.job import Job
+from portq.queue import MAX_PAYLOAD_DEPTH
 from portq.retry import Backoff
 from portq.worker import Worker
 
@@ -45,6 +47,10 @@ def load_handler(spec: str) -> Callable[[Job], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(f"cannot import handler module {module_name!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything on import
+        raise ConfigurationError(
+            f"handler module {module_name!r} raised {type(exc).__name__} while importing"
+            f"{_where(exc)}: {exc}") from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
@@ -53,6 +59,14 @@ def load_handler(spec: str) -> Callable[[Job], Any]:
     if not callable(target):
         raise ConfigurationError(f"handler {spec!r} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _where(exc: BaseException) -> str:
+    """`` at file:line`` of the innermost frame (or the SyntaxError's place) of ``exc``."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -79,6 +93,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         payload = json.loads(args.payload)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"--payload is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise PayloadError(f"--payload nests arrays/objects more than "
+                           f"{MAX_PAYLOAD_DEPTH} levels deep, the limit on every engine") from None
     with _open(args) as q:
         print(q.enqueue(args.queue, payload, priority=args.priority, delay=args.delay,
                         key=args.key, max_attempts=args.max_attempts))
@@ -208,13 +225,18 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    import pytest
+    url = _url(args)
+    engine = portq.url.parse_url(url).engine  # a clear error before pytest starts
+    try:
+        import pytest
+    except ModuleNotFoundError:
+        raise ConfigurationError(
+            "portq conformance runs on pytest, which is not installed; install it with: "
+            f"pip install 'portq[{engine}]' (or: pip install 'pytest>=8')") from None
 
     from portq.conformance import SUITE_DIR
-    url = _url(args)
-    portq.url.parse_url(url)  # a clear error before pytest starts
     argv = [str(SUITE_DIR), "-p", "portq.conformance.plugin", "--portq-url", url,
-            "--portq-require", portq.url.parse_url(url).engine, "-p", "no:cacheprovider",
+            "--portq-require", engine, "-p", "no:cacheprovider",
             "-c", os.devnull, "--rootdir", str(SUITE_DIR), "-m", "not fault", "-q", "-ra",
             *args.pytest_args]
     return int(pytest.main(argv))
@@ -482,10 +504,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     except PortqError as exc:
-        print(f"portq: error: {exc}", file=sys.stderr)
-        return 2
+        # one line: the message names the problem (exit 2: the user's to fix; 1: at run time)
+        print(f"portq: error: {_one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug or an unmapped driver error: one line too
+        logging.getLogger("portq.cli").debug("unexpected error", exc_info=True)
+        text = _scrub_args(args, f"{type(exc).__name__}: {_one_line(str(exc))}")
+        print(f"portq: error: unexpected {text} (--log-level DEBUG shows the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _scrub_args(args: argparse.Namespace, text: str) -> str:
+    """``text`` without the secrets of the command's database URL."""
+    url = getattr(args, "url", None) or os.environ.get("PORTQ_URL")
+    try:
+        return portq.url.parse_url(url).scrub(text) if url else text
+    except ConfigurationError:
+        return text
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""Exceptions raised by portq. Every message names the problem and never a password."""
+"""Exceptions raised by portq. Every message names the problem and never a password.
+
+``exit_code`` is the status the ``portq`` command exits with when the error reaches it:
+2 for a mistake the user can fix (URL, option, login, missing schema, bad input), 1 for a
+failure at run time (a lost connection, a lock held too long, an unexpected database error).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,25 @@ from __future__ import annotations
 class PortqError(Exception):
     """Base class of every portq error."""
 
+    exit_code = 1
+
 
 class ConfigurationError(PortqError, ValueError):
     """A URL, option or argument is invalid."""
 
+    exit_code = 2
+
 
 class DriverMissingError(ConfigurationError, ImportError):
-    """The database driver for an engine is not installed."""
+    """The database driver for an engine is not installed, or cannot load (a system
+    library it needs is missing)."""
 
 
 class PayloadError(PortqError, ValueError):
-    """A payload cannot be stored as JSON (not serialisable, or too large)."""
+    """A payload cannot be stored (not JSON-serialisable, too large, nested too deeply, or
+    holding a NUL character)."""
+
+    exit_code = 2
 
 
 class InvalidQueueName(ConfigurationError):
@@ -31,8 +44,34 @@ class ConnectionLost(DatabaseError):
     """The connection to the database dropped; the operation may be retried."""
 
 
-class SchemaError(DatabaseError):
-    """The schema is missing or newer than this portq understands; run ``portq migrate``."""
+class CannotConnect(ConnectionLost):
+    """No connection could be opened (server unreachable, login refused, no such
+    database): the URL is the first thing to check."""
+
+    exit_code = 2
+
+
+class LoginFailed(CannotConnect, ConfigurationError):
+    """The server refused the user name or password."""
+
+
+class DatabaseMissing(CannotConnect, ConfigurationError):
+    """The database named in the URL does not exist on the server."""
+
+
+class DatabaseBusy(DatabaseError):
+    """A lock stayed held by another transaction longer than portq was configured to
+    wait (e.g. SQLite's ``busy_timeout_ms``), retries included."""
+
+
+class SchemaError(DatabaseError, ConfigurationError):
+    """The schema is missing or not at this portq's version; run ``portq migrate``."""
+
+    exit_code = 2
+
+
+class SchemaMissingError(SchemaError):
+    """portq's tables do not exist in the database (it was never migrated)."""
 
 
 class Permanent(Exception):

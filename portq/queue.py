@@ -6,7 +6,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from portq import sqla
@@ -23,6 +23,12 @@ MAX_KEY_LENGTH = 255
 INT32 = 2**31 - 1
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_MAX_ATTEMPTS = 25
+#: the deepest nesting of arrays/objects a payload may have, on every engine: MariaDB's
+#: JSON_VALID refuses 32 levels (MySQL 8.4 allows 100, SQL Server 128, PostgreSQL and
+#: SQLite more), so the common limit is 31
+MAX_PAYLOAD_DEPTH = 31
+# an escaped NUL (\u0000) in JSON text: preceded by an even number of backslashes
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def connect(url: str, **options: Any) -> Queue:
@@ -48,9 +54,12 @@ def validate_queue(name: str) -> str:
 
 
 def validate_worker_id(worker_id: str) -> str:
-    """Return ``worker_id`` if it is a string of 1-200 characters."""
+    """Return ``worker_id`` if it is a string of 1-200 characters every engine stores."""
     if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
         raise ConfigurationError("worker_id must be a string of 1-200 characters")
+    if not _storable_text(worker_id):
+        raise ConfigurationError(f"worker_id {worker_id!r} holds a NUL character or a lone "
+                                 "surrogate, which not every database can store")
     return worker_id
 
 
@@ -171,6 +180,12 @@ class Queue:
             if run_at.tzinfo is None or run_at.utcoffset() is None:
                 raise ConfigurationError("run_at must be timezone-aware (e.g. "
                                          "datetime.now(timezone.utc)); got a naive datetime")
+            try:
+                run_at.astimezone(UTC)
+            except OverflowError:
+                raise ConfigurationError(
+                    f"run_at {run_at.isoformat()} is out of range: in UTC it falls outside "
+                    "years 1-9999") from None
         delay_ms = 0 if delay is None else duration_ms(delay, "delay", allow_zero=True)
         attempts = self.default_max_attempts if max_attempts is None else \
             positive_int(max_attempts, "max_attempts")
@@ -189,6 +204,8 @@ class Queue:
         try:
             text = json.dumps(payload, ensure_ascii=False, allow_nan=False,
                               separators=(",", ":"))
+        except RecursionError:
+            raise PayloadError(self._too_deep()) from None
         except (TypeError, ValueError) as exc:
             raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
         try:
@@ -199,10 +216,19 @@ class Queue:
         if size > self.max_payload_bytes:
             raise PayloadError(f"payload is {size} bytes of JSON, over the limit of "
                                f"{self.max_payload_bytes} (max_payload_bytes)")
-        if "\x00" in text:
-            raise PayloadError("payload contains a NUL character, which not every "
-                               "database can store")
+        if "\\u0000" in text and _JSON_NUL.search(text):
+            raise PayloadError("payload contains a NUL character (\\u0000) in a string or "
+                               "an object key, which PostgreSQL cannot store: portq refuses "
+                               "it on every engine")
+        if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and \
+                _nesting_exceeds(payload, MAX_PAYLOAD_DEPTH):
+            raise PayloadError(self._too_deep())
         return text
+
+    @staticmethod
+    def _too_deep() -> str:
+        return (f"payload nests arrays/objects more than {MAX_PAYLOAD_DEPTH} levels deep, "
+                "the limit on every engine (MariaDB refuses 32)")
 
     def _dbapi(self, conn: Any) -> Any:
         """The DB-API connection under ``conn`` (unwrapping SQLAlchemy), checked."""
@@ -307,6 +333,24 @@ def _storable_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _nesting_exceeds(value: Any, limit: int) -> bool:
+    """True when a JSON-serialisable value nests arrays/objects more than ``limit`` deep
+    (iterative: no recursion limit)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _claim_of(job: Job | Claim) -> Claim:

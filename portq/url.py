@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
 
 from portq.errors import ConfigurationError
 
@@ -28,6 +28,14 @@ DRIVERS: dict[str, frozenset[str]] = {
     "oracle": frozenset({"oracledb"}),
 }
 _SCHEME = re.compile(r"^([a-z][a-z0-9]*)(?:\+([a-z0-9_]+))?$")
+#: URL query options whose value is a secret (password=, pwd=, PWD=, wallet_password=, ...)
+_SECRET_OPTION = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
+#: ``key=value`` pairs with a secret key inside free text (a malformed URL, an ODBC
+#: connection string such as odbc_connect=): the value, braced ODBC-style or up to the
+#: next separator, is group 2
+_SECRET_PAIR = re.compile(
+    r"(?i)((?:^|(?<=[?&;\s]))[\w.-]*(?:pass|pwd|secret|token)[\w.-]*\s*=\s*)"
+    r"(\{(?:[^}]|\}\})*\}?|[^;&]*)")
 
 
 @dataclass(frozen=True)
@@ -65,9 +73,29 @@ class DatabaseURL:
             host = f"[{host}]"
         port = f":{self.port}" if self.port is not None else ""
         db = f"/{self.database}" if self.database else ""
-        qs = "&".join(f"{k}={'***' if 'pass' in k.lower() or k.lower() == 'pwd' else v}"
+        qs = "&".join(f"{k}={'***' if _SECRET_OPTION.search(k) else redact_text(v)}"
                       for k, v in self.query.items())
         return f"{self.scheme}://{auth}{host}{port}{db}" + (f"?{qs}" if qs else "")
+
+    def secrets(self) -> list[str]:
+        """Every secret this URL holds (password, secret query options, passwords inside
+        ODBC strings), also percent-encoded, longest first: what :meth:`scrub` removes."""
+        found = {self.password} if self.password else set()
+        for key, value in self.query.items():
+            if _SECRET_OPTION.search(key):
+                found.add(value)
+            for m in _SECRET_PAIR.finditer(value):
+                found.add(m.group(2))
+                found.add(m.group(2).strip("{}").replace("}}", "}"))
+        found |= {form for text in list(found) for form in (quote(text, safe=""),
+                                                             quote_plus(text))}
+        return sorted((t for t in found if t), key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a driver message, a test report) with this URL's secrets as ``***``."""
+        for secret in self.secrets():
+            text = text.replace(secret, "***")
+        return text
 
     def __str__(self) -> str:
         return self.redacted()
@@ -100,11 +128,26 @@ def parse_url(url: str) -> DatabaseURL:
             f"{' or '.join(sorted(DRIVERS[engine]))}")
     if engine == "sqlite":
         return _parse_sqlite(raw_scheme.lower(), rest, url)
+    if "#" in rest:
+        raise ConfigurationError(
+            f"malformed database URL {_safe(url)!r}: it holds a '#'; percent-encode it "
+            "(%23) where it is part of a password")
     try:
         parts = urlsplit(f"x://{rest}")
         port = parts.port
     except ValueError as exc:
         raise ConfigurationError(f"malformed database URL {_safe(url)!r}: {exc}") from None
+    before_at = rest.partition("@")[0]
+    if "@" in parts.path or any("@" in key for key, _ in parse_qsl(
+            parts.query, keep_blank_values=True)) or (
+            "@" in rest and "@" not in parts.netloc and ":" in before_at
+            and "=" not in before_at):
+        # user:pa/ss@host or user:p@ss/word@host: a '/' (or '?') ended the host part
+        # inside the password, so what looks like the host or database is password text
+        raise ConfigurationError(
+            f"malformed database URL {_safe(url)!r}: an '@' after the host suggests a "
+            "password holding '/' or '?'; percent-encode those characters (%2F, %3F; "
+            "'@' is %40)")
     if not parts.hostname:
         raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
     database = unquote(parts.path.lstrip("/")) or None
@@ -129,17 +172,33 @@ def _parse_sqlite(scheme: str, rest: str, url: str) -> DatabaseURL:
         db = unquote(path[1:])
     else:
         raise ConfigurationError(
-            f"malformed SQLite URL {url!r}: use sqlite:///relative/path.db or "
+            f"malformed SQLite URL {_safe(url)!r}: use sqlite:///relative/path.db or "
             "sqlite:////absolute/path.db")
     if not db:
-        raise ConfigurationError(f"SQLite URL {url!r} names no file")
+        raise ConfigurationError(f"SQLite URL {_safe(url)!r} names no file")
     return DatabaseURL(engine="sqlite", scheme=scheme, database=db,
                        query=dict(parse_qsl(qs, keep_blank_values=True)))
 
 
+def redact_text(text: str) -> str:
+    """``text`` with the value of every ``key=value`` pair whose key names a secret
+    (password, pwd, ...) replaced by ``***``: ODBC strings, malformed URLs."""
+    return _SECRET_PAIR.sub(r"\1***", text)
+
+
 def _safe(url: str) -> str:
-    """Best-effort password removal for URLs too broken to parse."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    """A URL too broken to parse, percent-decoded, without its secrets: whatever stands
+    between the first ':' of the user part and the LAST '@' (a password may hold '@',
+    '/' or '?'), and the value of any secret ``key=value`` option."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        head, rest = "", url
+    at = rest.rfind("@")
+    if at >= 0:
+        user, colon, _ = rest[:at].partition(":")
+        if colon:
+            rest = f"{user}:***{rest[at:]}"
+    return redact_text(unquote_plus(head + sep + rest))
 
 
 def connect_kwargs(url: DatabaseURL, **extra: Any) -> dict[str, Any]:

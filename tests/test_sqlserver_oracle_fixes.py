@@ -383,19 +383,21 @@ def test_sqlserver_prune_repeats_the_finished_index_filter_as_literals() -> None
         assert [i.sql("tsql") for i in literal] == [index_filter.sql("tsql")]
 
 
-# ---- 6: login failures are connection errors, never raw driver errors ----------------------
+# ---- 6: login failures are portq errors (LoginFailed, DatabaseMissing, CannotConnect),
+# never raw driver errors ----------------------------------------------------------------
 
-@pytest.mark.parametrize(("state", "text"), [
-    ("28000", "Login failed for user 'sa'. (18456) (SQLDriverConnect)"),
+@pytest.mark.parametrize(("state", "text", "kind"), [
+    ("28000", "Login failed for user 'sa'. (18456) (SQLDriverConnect)", ErrorKind.LOGIN),
     ("HYT00", "[Microsoft][ODBC Driver 18 for SQL Server]Login timeout expired (0) "
-              "(SQLDriverConnect)"),
+              "(SQLDriverConnect)", ErrorKind.CONNECTION),
     ("42000", "Cannot open database \"nope\" requested by the login. The login failed. "
-              "(4060) (SQLDriverConnect)"),
+              "(4060) (SQLDriverConnect)", ErrorKind.UNKNOWN_DATABASE),
 ])
-def test_sqlserver_login_failures_classify_as_connection_errors(state: str, text: str) -> None:
+def test_sqlserver_login_failures_classify_as_login_errors(state: str, text: str,
+                                                           kind: ErrorKind) -> None:
     error = Exception(state, f"[{state}] [Microsoft][ODBC Driver 18 for SQL Server]"
                              f"[SQL Server]{text}")    # the shape of pyodbc's exceptions
-    assert _mssql().kind_of(*native_errors(error), sqlstate(error)) is ErrorKind.CONNECTION
+    assert _mssql().kind_of(*native_errors(error), sqlstate(error)) is kind
 
 
 def _mssql_python_error(state: str, message: str) -> BaseException:
@@ -405,7 +407,7 @@ def _mssql_python_error(state: str, message: str) -> BaseException:
 
 
 @pytest.mark.parametrize(("state", "message", "kind"), [
-    ("28000", "[Microsoft][SQL Server]Login failed for user 'sa'.", ErrorKind.CONNECTION),
+    ("28000", "[Microsoft][SQL Server]Login failed for user 'sa'.", ErrorKind.LOGIN),
     ("HYT00", "[Microsoft][ODBC Driver 18 for SQL Server]Login timeout expired",
      ErrorKind.CONNECTION),
     ("08001", "[Microsoft][ODBC Driver 18 for SQL Server]TCP Provider: Error code 0x2749",
@@ -421,7 +423,8 @@ def _mssql_python_error(state: str, message: str) -> BaseException:
      ErrorKind.RETRYABLE),
     ("HY000", "[Microsoft][SQL Server]Lock request time out period exceeded.",
      ErrorKind.RETRYABLE),
-    ("42S02", "[Microsoft][SQL Server]Invalid object name 'portq_job'.", ErrorKind.OTHER),
+    ("42S02", "[Microsoft][SQL Server]Invalid object name 'portq_job'.",
+     ErrorKind.UNDEFINED_TABLE),
 ])
 def test_sqlserver_classifies_mssql_python_errors(state: str, message: str,
                                                   kind: ErrorKind) -> None:
@@ -434,11 +437,11 @@ def test_sqlserver_classifies_mssql_python_errors(state: str, message: str,
     ("ORA-28000: The account is locked.", 28000),
     ("ORA-28001: the password has expired", 28001),
 ])
-def test_oracle_login_failures_classify_as_connection_errors(message: str, code: int) -> None:
+def test_oracle_login_failures_classify_as_login_errors(message: str, code: int) -> None:
     errors = pytest.importorskip("oracledb.errors")
     err = errors._Error(message, code=code)
     backend = OracleBackend(parse_url("oracle://app:pw@h/S"))
-    assert backend.classify(err.exc_type(err)) is ErrorKind.CONNECTION
+    assert backend.classify(err.exc_type(err)) is ErrorKind.LOGIN
 
 
 # ---- 7: the keyed insert locks only its key ------------------------------------------------

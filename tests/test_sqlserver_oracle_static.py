@@ -16,7 +16,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from portq.backends import backend_for
+from portq.backends import backend_for, import_driver
 from portq.backends.base import ErrorKind
 from portq.errors import ConfigurationError, ConnectionLost, DriverMissingError
 from portq.sql import bind, load_migrations, load_queries
@@ -328,10 +328,16 @@ def test_missing_driver_names_the_extra(monkeypatch: pytest.MonkeyPatch, url: st
     assert "s3cr" not in str(info.value)
 
 
+def pyodbc_or_skip() -> Any:
+    """pyodbc, or a skip naming the system library it needs and how to install it."""
+    try:
+        return import_driver("sqlserver")
+    except DriverMissingError as exc:
+        pytest.skip(str(exc))
+
+
 def test_missing_odbc_driver_lists_installed_drivers() -> None:
-    pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library libodbc2 "
-                        "(apt-get install unixodbc)",
-                        exc_type=ImportError)
+    pyodbc_or_skip()
     backend = SqlServerBackend(parse_url(
         "mssql://sa:s3cret@127.0.0.1/db?driver=No Such ODBC Driver 99"))
     with pytest.raises(DriverMissingError) as info:
@@ -354,9 +360,7 @@ def test_native_error_extraction() -> None:
 
 
 def _odbc(cls: str, state: str, text: str, code: int) -> BaseException:
-    pyodbc = pytest.importorskip("pyodbc", reason="pyodbc needs the unixODBC library libodbc2 "
-                        "(apt-get install unixodbc)",
-                        exc_type=ImportError)
+    pyodbc = pyodbc_or_skip()
     error: BaseException = getattr(pyodbc, cls)(
         state, f"[{state}] [Microsoft][ODBC Driver 18 for SQL Server][SQL Server]{text} "
                f"({code}) (SQLExecDirectW)")
@@ -378,7 +382,13 @@ def _odbc(cls: str, state: str, text: str, code: int) -> BaseException:
     ("OperationalError", "08S01", "TCP Provider: Error code 0x2746", 10054,
      ErrorKind.CONNECTION),
     ("OperationalError", "08001", "Login timeout expired", 0, ErrorKind.CONNECTION),
-    ("ProgrammingError", "42S02", "Invalid object name 'portq_job'.", 208, ErrorKind.OTHER),
+    ("ProgrammingError", "42S02", "Invalid object name 'portq_job'.", 208,
+     ErrorKind.UNDEFINED_TABLE),
+    ("InterfaceError", "28000", "Login failed for user 'sa'.", 18456, ErrorKind.LOGIN),
+    # 4060 comes with 18456 in one message: the missing database is what to report
+    ("InterfaceError", "42000", "Cannot open database \"shop\" requested by the login. The "
+     "login failed. (4060) (SQLDriverConnect); [28000] Login failed for user 'sa'.", 18456,
+     ErrorKind.UNKNOWN_DATABASE),
 ])
 def test_sqlserver_classify(cls: str, state: str, text: str, code: int,
                             kind: ErrorKind) -> None:
@@ -405,7 +415,11 @@ def _ora(message: str, code: int = 0) -> BaseException:
     ("ORA-03113: end-of-file on communication channel", 3113, ErrorKind.CONNECTION),
     ("ORA-03135: connection lost contact", 3135, ErrorKind.CONNECTION),
     ("ORA-12541: TNS:no listener", 12541, ErrorKind.CONNECTION),
-    ("ORA-00942: table or view does not exist", 942, ErrorKind.OTHER),
+    ("ORA-00942: table or view does not exist", 942, ErrorKind.UNDEFINED_TABLE),
+    ("ORA-01017: invalid username/password; logon denied", 1017, ErrorKind.LOGIN),
+    ("ORA-28000: The account is locked.", 28000, ErrorKind.LOGIN),
+    ("ORA-12514: TNS:listener does not currently know of service requested", 12514,
+     ErrorKind.UNKNOWN_DATABASE),
 ])
 def test_oracle_classify(message: str, code: int, kind: ErrorKind) -> None:
     backend = OracleBackend(parse_url(ORACLE_URL))

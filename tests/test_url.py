@@ -66,3 +66,72 @@ def test_bad_urls_are_named(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as info:
         parse_url(url)
     assert "Sup3r-S3cret" not in str(info.value)
+
+
+# ---- passwords in every form, valid or malformed URL (hypothesis) -----------------------
+
+from urllib.parse import quote  # noqa: E402
+
+from hypothesis import assume, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from portq.url import redact_text  # noqa: E402
+
+PASSWORD_CHARS = st.characters(codec="utf-8", exclude_categories=["Cs", "Cc"])
+FORMS = {
+    "userinfo encoded": "{scheme}://app:{enc}@{host}/db",
+    "userinfo raw": "{scheme}://app:{raw}@{host}/db",
+    "password option": "{scheme}://app@{host}/db?sslmode=require&password={enc}",
+    "pwd option": "{scheme}://app@{host}/db?pwd={enc}",
+    "PWD option": "{scheme}://app@{host}/db?PWD={enc}&x=1",
+    "wallet option": "{scheme}://app@{host}/db?wallet_password={enc}",
+    "odbc_connect": "{scheme}://{host}/db?odbc_connect="
+                    "DRIVER%3DFreeTDS%3BUID%3Dsa%3BPWD%3D{odbc}%3B",
+    "no scheme": "app:{raw}@{host}/db",
+}
+
+
+@settings(max_examples=400, deadline=None)
+@given(password=st.text(PASSWORD_CHARS, min_size=6, max_size=24),
+       form=st.sampled_from(sorted(FORMS)),
+       scheme=st.sampled_from(["postgresql", "mysql", "mssql", "oracle", "redis",
+                               "postgresql+asyncpg"]),
+       host=st.sampled_from(["127.0.0.1:5432", "db.example", "127.0.0.1", "127.0.0.1:bad",
+                             "[::1]:99999",
+                             "", "h:1/x/y"]))
+@example(password="hunter2", form="password option", scheme="postgresql",
+         host="127.0.0.1:bad")
+@example(password="p@ss@x", form="userinfo raw", scheme="postgresql", host="127.0.0.1:bad")
+@example(password="12/abc", form="userinfo raw", scheme="postgresql", host="db.example")
+@example(password="p@ss/word", form="userinfo raw", scheme="postgresql", host="127.0.0.1")
+@example(password="se;c}r{t", form="odbc_connect", scheme="mssql", host="db.example")
+def test_a_password_is_never_shown(password: str, form: str, scheme: str, host: str) -> None:
+    password = "§" + password   # never part of portq's own message text ("psycop...")
+    enc = quote(password, safe="")
+    odbc = quote("{" + password.replace("}", "}}") + "}", safe="")
+    url = FORMS[form].format(scheme=scheme, host=host, enc=enc, raw=password, odbc=odbc)
+    rest = FORMS[form].format(scheme=scheme, host=host, enc="", raw="", odbc="")
+    assume(password not in rest and enc not in rest and password.strip() == password)
+    try:
+        parsed = parse_url(url)
+    except ConfigurationError as exc:
+        shown = [str(exc), repr(exc)]
+    else:
+        shown = [str(parsed), repr(parsed), parsed.redacted(),
+                 parsed.scrub(f"driver said: {password} / {enc}")]
+        for secret in (parsed.password, quote(parsed.password or "", safe="")):
+            if secret:
+                assert parsed.scrub(secret) == "***"
+        # a URL that parses was read right: no part of the password became host or path
+        if form == "userinfo encoded" or (form == "userinfo raw" and "%" not in password):
+            assert parsed.password == password, url
+    for text in shown:
+        assert password not in text and enc not in text, (url, text)
+
+
+def test_odbc_and_free_text_secrets_are_redacted() -> None:
+    assert redact_text("DRIVER={x};UID=sa;PWD={a;b}}c};APP=y") == \
+        "DRIVER={x};UID=sa;PWD=***;APP=y"
+    assert redact_text("Password=abc;Server=h") == "Password=***;Server=h"
+    # a space-separated (libpq) string: the value runs to the end, hiding more, never less
+    assert redact_text("user=app password=s3 cr3t host=h") == "user=app password=***"

@@ -20,7 +20,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from portq.errors import ConnectionLost, DatabaseError, SchemaError
+from portq.errors import (
+    CannotConnect,
+    ConnectionLost,
+    DatabaseBusy,
+    DatabaseError,
+    DatabaseMissing,
+    LoginFailed,
+    PortqError,
+    SchemaError,
+    SchemaMissingError,
+)
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
@@ -45,7 +55,17 @@ class ErrorKind(enum.Enum):
     CHECK = "check"              # CHECK or NOT NULL constraint violation
     RETRYABLE = "retryable"      # deadlock, serialization failure, lock timeout, busy
     CONNECTION = "connection"    # the connection is gone; discard it
+    LOGIN = "login"              # the server refused the user name or password
+    UNKNOWN_DATABASE = "unknown_database"  # the URL's database does not exist
+    UNDEFINED_TABLE = "undefined_table"    # a portq table is missing: never migrated
     OTHER = "other"
+
+
+#: the order :meth:`SqlBackend.kind_of` tries kinds in (a missing database before a
+#: failed login: SQL Server reports 4060 together with 18456)
+KIND_ORDER = (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE,
+              ErrorKind.UNDEFINED_TABLE, ErrorKind.UNKNOWN_DATABASE, ErrorKind.LOGIN,
+              ErrorKind.CONNECTION)
 
 
 class Listener(Protocol):
@@ -73,7 +93,7 @@ class SqlBackend(Backend):
         self.url = url
         self.prefix = validate_prefix(prefix)
         self.queries = load_queries(self.engine, self.prefix)
-        self.pool = Pool(self.connect, max_size=pool_size, timeout=pool_timeout)
+        self.pool = Pool(self.open_connection, max_size=pool_size, timeout=pool_timeout)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -108,10 +128,9 @@ class SqlBackend(Backend):
     error_codes: ClassVar[dict[ErrorKind, frozenset[object]]] = {}
 
     def kind_of(self, *codes: object) -> ErrorKind | None:
-        """The first of unique, check, retryable, connection whose codes include one of
-        ``codes``; None when none does."""
-        for kind in (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE,
-                     ErrorKind.CONNECTION):
+        """The first kind (in :data:`KIND_ORDER`) whose codes include one of ``codes``;
+        None when none does."""
+        for kind in KIND_ORDER:
             if any(code in self.error_codes.get(kind, ()) for code in codes):
                 return kind
         return None
@@ -137,6 +156,55 @@ class SqlBackend(Backend):
         return nullcontext()
 
     # ---- plumbing -----------------------------------------------------------------------
+
+    def open_connection(self) -> Any:
+        """:meth:`connect`, with a refused login, a missing database or an unreachable
+        server raised as portq's own errors (what the pool calls)."""
+        try:
+            return self.connect()
+        except PortqError:
+            raise
+        except Exception as exc:
+            kind = self.classify(exc)
+            error = self.translate("connect", exc, kind, connecting=True) if kind in (
+                ErrorKind.LOGIN, ErrorKind.UNKNOWN_DATABASE, ErrorKind.CONNECTION) else None
+            if error is None:
+                raise
+            raise error from exc
+
+    def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
+                  connecting: bool = False, attempts: int = 1) -> PortqError | None:
+        """portq's error for a driver exception of ``kind`` that ``op`` gives up on (one
+        line, password scrubbed), or None when the driver's own exception should stand."""
+        url = self.url.redacted()
+        detail = f"{type(exc).__name__}: {one_line(_scrub(str(exc), self.url))}"
+        if kind is ErrorKind.LOGIN:
+            return LoginFailed(f"cannot log in to {url}: {detail}")
+        if kind is ErrorKind.UNKNOWN_DATABASE:
+            # no database in the URL: PostgreSQL looks for one named after the user
+            name = self.url.database or self.url.username or ""
+            return DatabaseMissing(f"database {name!r} does not exist on {url}: {detail}")
+        if kind is ErrorKind.UNDEFINED_TABLE:
+            return SchemaMissingError(self.missing_schema_message())
+        if kind is ErrorKind.CONNECTION:
+            if connecting:
+                return CannotConnect(f"cannot connect to {url}: {detail}")
+            return ConnectionLost(f"{op}: lost the connection to {url}: {detail}")
+        if kind is ErrorKind.RETRYABLE:
+            return DatabaseBusy(self.busy_message(op, detail, attempts))
+        return None
+
+    def missing_schema_message(self) -> str:
+        """What to say when portq's tables are not there."""
+        if self.prefix == "portq_":
+            return f"no portq tables in {self.url.redacted()} — run: portq migrate URL"
+        return (f"no portq tables with prefix {self.prefix!r} in {self.url.redacted()} — "
+                f"run: portq migrate URL --prefix {self.prefix}")
+
+    def busy_message(self, op: str, detail: str, attempts: int) -> str:
+        """What to say when ``op`` still met a lock (or deadlock) after ``attempts``."""
+        return (f"{op}: gave up after {attempts} attempt(s): another transaction held a "
+                f"lock on {self.url.redacted()} ({detail})")
 
     def execute(self, cur: Any, name_or_sql: str, params: dict[str, Any] | None = None) -> Any:
         """Run a named statement (or raw SQL) with ``:name`` parameters bound for the driver."""
@@ -210,11 +278,10 @@ class SqlBackend(Backend):
                               op, exc, attempt, delay)
                     time.sleep(delay)
                     continue
-                if kind is ErrorKind.CONNECTION:
-                    raise ConnectionLost(
-                        f"{op}: lost the connection to {self.url.redacted()}: "
-                        f"{type(exc).__name__}: {_scrub(str(exc), self.url)}") from exc
-                raise
+                error = self.translate(op, exc, kind, attempts=attempt + 1)
+                if error is None:
+                    raise
+                raise error from exc
 
     # ---- schema -------------------------------------------------------------------------
 
@@ -269,6 +336,8 @@ class SqlBackend(Backend):
     def check_schema(self) -> None:
         """Raise :class:`SchemaError` unless the schema is at this portq's version."""
         have, want = self.schema_version(), self.latest_version()
+        if have == 0:
+            raise SchemaMissingError(self.missing_schema_message())
         if have != want:
             raise SchemaError(
                 f"{self.url.redacted()} has portq schema version {have}, this portq needs "
@@ -285,6 +354,13 @@ class SqlBackend(Backend):
         cur = conn.cursor()
         try:
             return self.insert_jobs(cur, jobs)
+        except Exception as exc:
+            # the caller's transaction: only a missing table becomes portq's error; a
+            # deadlock or a lost connection stays the driver's, for the caller to handle
+            if not isinstance(exc, PortqError) and \
+                    self.classify(exc) is ErrorKind.UNDEFINED_TABLE:
+                raise SchemaMissingError(self.missing_schema_message()) from exc
+            raise
         finally:
             close_quietly(cur)
 
@@ -377,13 +453,16 @@ class SqlBackend(Backend):
         return self._guarded("release", self.guard(claim))
 
     def fail_params(self, claim: Claim, error: str, retry_in_ms: int | None) -> dict[str, Any]:
-        """Parameters of the ``fail`` statement (also used by :mod:`portq.aio`)."""
+        """Parameters of the ``fail`` statement (also used by :mod:`portq.aio`). NUL and
+        lone surrogates, which not every engine stores, are written as escapes."""
+        error = storable_error(error)
         return {**self.guard(claim), "error": error[:4000],
                 "retryable": 0 if retry_in_ms is None else 1,
                 "retry_ms": max(0, retry_in_ms or 0)}
 
     def fail(self, claim: Claim, error: str, retry_in_ms: int | None) -> bool:
         params = self.fail_params(claim, error, retry_in_ms)
+        error = storable_error(error)
 
         def go(cur: Any) -> bool:
             if self.execute(cur, "fail", params).rowcount != 1:
@@ -478,8 +557,18 @@ class TxProgress:
 
 
 def _scrub(text: str, url: DatabaseURL) -> str:
-    """Remove the URL's password from a driver message, should a driver echo it."""
-    return text.replace(url.password, "***") if url.password else text
+    """Remove the URL's secrets from a driver message, should a driver echo them."""
+    return url.scrub(text)
+
+
+def storable_error(text: str) -> str:
+    """Error text every engine stores: NUL as ``\\x00``, lone surrogates as ``\\udcXX``."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def one_line(text: str) -> str:
+    """A driver message on one line (psycopg's and ODBC's span several)."""
+    return " ".join(text.split())
 
 
 def utc_from_micros(value: int) -> datetime:

@@ -9,11 +9,13 @@ the existing id, without aborting the caller's transaction.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import pymysql
+from pymysql.charset import charset_by_name
 from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
@@ -32,6 +34,10 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         1040, 1053,                     # too many connections, server shutdown in progress
         1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
     }),
+    # access denied (user/password), access denied to the database
+    ErrorKind.LOGIN: frozenset({1045, 1044}),
+    ErrorKind.UNKNOWN_DATABASE: frozenset({1049}),   # ER_BAD_DB_ERROR
+    ErrorKind.UNDEFINED_TABLE: frozenset({1146}),    # ER_NO_SUCH_TABLE
 }
 # URL query options passed to pymysql.connect, converted to the type it expects.
 _INT_OPTIONS = {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet"}
@@ -131,6 +137,11 @@ def _connect_options(url: DatabaseURL) -> dict[str, Any]:
                     f"MySQL URL option {name}={value!r} must be true or false")
             kw[name] = value.lower() in ("1", "true", "yes")
         elif name in _STR_OPTIONS:
+            if name == "charset" and charset_by_name(value) is None:
+                raise ConfigurationError(f"MySQL URL option charset={value!r} is not a "
+                                         "character set PyMySQL knows (e.g. utf8mb4)")
+            if name in ("ssl_ca", "ssl_cert", "ssl_key") and not os.path.isfile(value):
+                raise ConfigurationError(f"MySQL URL option {name}={value!r}: no such file")
             kw[name] = value
         else:
             known = sorted(_INT_OPTIONS | _BOOL_OPTIONS | _STR_OPTIONS)

@@ -44,9 +44,8 @@ CLOB_BINDS: dict[str, tuple[str, ...]] = {"fail": ("error",), "record_error": ("
 #: which drops the microseconds
 TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",)}
 
-# A refused login or an unusable account: the engine cannot be used with this URL. Kept
-# apart so that they can move to their own error kind; until then they count as connection
-# errors (ConnectionLost, never a raw driver error).
+# A refused login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
+# ("cannot log in to URL: ...", never a raw driver error).
 _LOGIN_CODES: frozenset[object] = frozenset({
     1017,       # invalid username/password; logon denied
     1005,       # null password given; logon denied
@@ -63,9 +62,14 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.RETRYABLE: frozenset({60, 54, 8177, 30006}),
     ErrorKind.CONNECTION: frozenset({
         28, 1012, 1089, 1092, 3113, 3114, 3122, 3135,   # session killed, not logged on, ...
-        12170, 12514, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
+        12170, 12528, 12537, 12541, 12547, 12570, 12571,  # TNS: no listener, timeouts
         "DPY-1001", "DPY-4011", "DPY-6000", "DPY-6005",  # python-oracledb: not connected, ...
-    }) | _LOGIN_CODES,
+    }),
+    # invalid username/password, no CREATE SESSION privilege, account locked, expired
+    ErrorKind.LOGIN: frozenset(_LOGIN_CODES),
+    # listener does not know the service / SID (thin mode: DPY-6001 / DPY-6003)
+    ErrorKind.UNKNOWN_DATABASE: frozenset({12514, 12505, "DPY-6001", "DPY-6003"}),
+    ErrorKind.UNDEFINED_TABLE: frozenset({942}),    # table or view does not exist
 }
 # "ORA-00955: name is already used by an existing object" and friends, and ORA-02443
 # (cannot drop a constraint that does not exist): tolerated by migrate

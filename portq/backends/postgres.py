@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -12,7 +13,8 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from portq.backends.base import ErrorKind, SqlBackend
+from portq.backends.base import ErrorKind, SqlBackend, one_line
+from portq.errors import ConfigurationError
 from portq.job import Claim
 from portq.pool import close_quietly
 from portq.protocol import NewJob
@@ -24,6 +26,16 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.RETRYABLE: frozenset({"40P01", "40001", "55P03"}),
     # admin shutdown, crash shutdown, cannot connect now (class 08 is matched by prefix)
     ErrorKind.CONNECTION: frozenset({"57P01", "57P02", "57P03"}),
+    ErrorKind.LOGIN: frozenset({"28P01", "28000"}),   # invalid password / authorization
+    ErrorKind.UNKNOWN_DATABASE: frozenset({"3D000"}),  # invalid_catalog_name
+    ErrorKind.UNDEFINED_TABLE: frozenset({"42P01"}),   # undefined_table
+}
+# libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
+# the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
+_CONNECT_MESSAGES: dict[str, str] = {
+    "28P01": "password authentication failed",
+    "28000": r'role ".*" does not exist|no pg_hba\.conf entry',
+    "3D000": r'database ".*" does not exist',
 }
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 
@@ -35,7 +47,16 @@ class PostgresBackend(SqlBackend):
     driver_module = "psycopg"
 
     def connect(self) -> Any:
-        return psycopg.connect(autocommit=False, **self.connect_kwargs())
+        try:
+            return psycopg.connect(autocommit=False, **self.connect_kwargs())
+        except psycopg.ProgrammingError as exc:
+            if "invalid connection option" not in str(exc):
+                raise
+            raise ConfigurationError(
+                f"unknown PostgreSQL URL option: {one_line(str(exc))}; the query string "
+                "takes libpq connection parameters (e.g. sslmode, connect_timeout, "
+                "application_name)"
+            ) from None
 
     def connect_kwargs(self) -> dict[str, Any]:
         """psycopg.connect() arguments from the URL (includes the password: never log)."""
@@ -51,7 +72,7 @@ class PostgresBackend(SqlBackend):
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):
             return ErrorKind.OTHER
-        state = exc.sqlstate or ""
+        state = exc.sqlstate or _connect_sqlstate(str(exc))
         kind = self.kind_of(state)
         if kind is None and (state.startswith("08") or (
                 isinstance(exc, psycopg.OperationalError) and not state)):
@@ -110,6 +131,14 @@ class PostgresBackend(SqlBackend):
 
     def listener(self, queues: Sequence[str]) -> PostgresListener:
         return PostgresListener(self, [self.channel(q) for q in queues])
+
+
+def _connect_sqlstate(message: str) -> str:
+    """The SQLSTATE of a connection failure, from its message (see _CONNECT_MESSAGES)."""
+    for state, pattern in _CONNECT_MESSAGES.items():
+        if re.search(r"FATAL:\s+(?:" + pattern + ")", message):
+            return state
+    return ""
 
 
 def _jobs_json(jobs: Sequence[NewJob]) -> str:

@@ -17,6 +17,13 @@ from portq.errors import ConfigurationError
 from portq.url import DatabaseURL
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: sqlite3.OperationalError carries no specific code for these (SQLITE_ERROR): message
+#: fragments, lower-cased, by kind
+_MESSAGES: dict[ErrorKind, tuple[str, ...]] = {
+    ErrorKind.RETRYABLE: ("locked", "busy"),
+    ErrorKind.CONNECTION: ("disk i/o", "unable to open"),
+    ErrorKind.UNDEFINED_TABLE: ("no such table",),
+}
 
 
 class SqliteBackend(SqlBackend):
@@ -26,7 +33,16 @@ class SqliteBackend(SqlBackend):
     max_retries = 3  # each attempt already waits up to busy_timeout_ms for the lock
 
     def __init__(self, url: DatabaseURL, *, busy_timeout_ms: int = 5000, **kw: Any) -> None:
-        self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
+        unknown = sorted(set(url.query) - {"busy_timeout_ms"})
+        if unknown:
+            raise ConfigurationError(f"unknown SQLite URL option {unknown[0]!r}; portq "
+                                     "accepts busy_timeout_ms")
+        try:
+            self.busy_timeout_ms = int(url.query.get("busy_timeout_ms", busy_timeout_ms))
+        except ValueError:
+            raise ConfigurationError(
+                f"busy_timeout_ms={url.query['busy_timeout_ms']!r} must be a whole number of "
+                "milliseconds") from None
         if self.busy_timeout_ms < 0:
             raise ConfigurationError("busy_timeout_ms must not be negative")
         self.in_memory = url.path == ":memory:"
@@ -54,13 +70,20 @@ class SqliteBackend(SqlBackend):
             return ErrorKind.UNIQUE if "UNIQUE" in text else ErrorKind.CHECK
         if isinstance(exc, sqlite3.OperationalError):
             text = str(exc).lower()
-            if "locked" in text or "busy" in text:
-                return ErrorKind.RETRYABLE
-            if "disk i/o" in text or "unable to open" in text:
-                return ErrorKind.CONNECTION
+            for kind, fragments in _MESSAGES.items():
+                if any(fragment in text for fragment in fragments):
+                    return kind
         if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc).lower():
             return ErrorKind.CONNECTION
         return ErrorKind.OTHER
+
+    def busy_message(self, op: str, detail: str, attempts: int) -> str:
+        waited = attempts * self.busy_timeout_ms / 1000
+        return (f"{op}: the SQLite database {self.url.path} stayed locked by another "
+                f"connection for {waited:g}s ({attempts} attempts of busy_timeout_ms="
+                f"{self.busy_timeout_ms}); end the long transaction holding it, or wait "
+                f"longer with ?busy_timeout_ms=N in the URL (e.g. sqlite:///"
+                f"{self.url.path}?busy_timeout_ms={max(30000, 2 * self.busy_timeout_ms)})")
 
     def to_db_time(self, value: datetime) -> Any:
         return (value - EPOCH) // timedelta(microseconds=1)

@@ -35,17 +35,13 @@ MSSQL_PYTHON = frozenset({"mssql-python", "mssql_python", "mssqlpython"})
 #: what mssql-python's bundled ODBC driver needs from the system (Debian/Ubuntu names)
 MSSQL_PYTHON_LIBRARIES = ("libltdl7", "libkrb5-3", "libgssapi-krb5-2")
 
-# A failed login, an unknown or unavailable database: the engine cannot be used with this
-# URL. Kept apart so that they can move to their own error kind; until then they count as
-# connection errors (ConnectionLost, never a raw driver error).
+# A failed login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
+# ("cannot log in to URL: ...", never a raw driver error); 4060 is UNKNOWN_DATABASE.
 _LOGIN_CODES: frozenset[object] = frozenset({
     18456,      # Login failed for user
     18452,      # login from an untrusted domain (Windows authentication)
     18486, 18487, 18488,  # account locked out, password expired, must change password
-    4060,       # Cannot open database requested by the login
     "28000",    # SQLSTATE: invalid authorization specification (a failed login)
-    "HYT00",    # SQLSTATE: timeout expired (portq sets no query timeout: the login timed out)
-    "HYT01",    # SQLSTATE: connection timeout expired
 })
 # native error numbers and SQLSTATEs (strings) by kind
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
@@ -58,7 +54,12 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         40197, 40501, 40613,              # Azure SQL: service error, busy, database unavailable
         # SQLSTATEs of a lost or unusable connection (08S01 communication link failure, ...)
         "08S01", "08001", "08003", "08004", "08007",
-    }) | _LOGIN_CODES,
+        "HYT00",    # timeout expired (portq sets no query timeout: the login timed out)
+        "HYT01",    # connection timeout expired
+    }),
+    ErrorKind.LOGIN: frozenset(_LOGIN_CODES),
+    ErrorKind.UNKNOWN_DATABASE: frozenset({4060}),  # cannot open database requested by login
+    ErrorKind.UNDEFINED_TABLE: frozenset({208}),    # invalid object name
 }
 # "... message text. (2627) (SQLExecDirectW)": the native error precedes the ODBC call name
 _NATIVE = re.compile(r"\((-?\d+)\)\s*\(SQL[A-Za-z]+\)")
@@ -75,6 +76,7 @@ _NATIVE_TEXTS: tuple[tuple[re.Pattern[str], int], ...] = tuple(
         (r"Snapshot isolation transaction aborted due to update conflict", 3960),
         (r"Login failed for user", 18456),
         (r"Cannot open database", 4060),
+        (r"Invalid object name", 208),
     ))
 # mssql-python keeps no SQLSTATE on its exceptions, only the description its
 # sqlstate_to_exception() gives each one: the SQLSTATEs portq maps, found by that text
@@ -198,7 +200,8 @@ class SqlServerBackend(SqlBackend):
         return type(conn).__module__.split(".")[0] == self.dbapi
 
     def connect(self) -> Any:
-        module = importlib.import_module(self.dbapi)
+        from portq.backends import import_driver
+        module = import_driver(self.engine, self.dbapi)
         try:
             conn = module.connect(self.connection_string(), autocommit=False,
                                   timeout=self.login_timeout_s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,11 @@ ENGINE_LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/M
 
 @dataclass
 class Target:
-    """One engine under test; ``url`` is None when nothing could be found to run it on."""
+    """One engine under test; ``url`` is None when nothing could be found to run it on.
+    Its repr shows the URL without the password."""
 
     engine: str
-    url: str | None
+    url: str | None = field(repr=False)
     reason: str = ""
     cleanup: list[Callable[[], None]] = field(default_factory=list)
     name: str = ""  # test id when it differs from the engine (e.g. mysql8.4 in a container)
@@ -42,6 +43,10 @@ class Target:
     @property
     def id(self) -> str:
         return self.name or self.engine
+
+    def __repr__(self) -> str:
+        shown = None if self.url is None else parse_url(self.url).redacted()
+        return f"Target(engine={self.engine!r}, url={shown!r}, name={self.id!r})"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -123,12 +128,93 @@ def pytest_configure(config: pytest.Config) -> None:
     # without --portq-url, targets are found lazily: only when a test needs an engine
     targets = [Target(parse_url(u).engine, u) for u in urls] if urls else None
     config.stash[_TARGETS] = targets
+    config.stash[_SECRETS] = _secrets([*urls, *(os.environ.get(v) or "" for v in _URL_VARS)])
+    config.pluginmanager.register(_Scrubber(config), "portq-scrubber")
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
 
 
 _TARGETS = pytest.StashKey[list[Target] | None]()
 _REQUIRED = pytest.StashKey[set[str]]()
+_SECRETS = pytest.StashKey[list[str]]()
+
+
+_URL_VARS = ("PORTQ_TEST_PG_URL", "PORTQ_TEST_MYSQL_URL", "PORTQ_TEST_MYSQL84_URL",
+             "PORTQ_TEST_MSSQL_URL", "PORTQ_TEST_ORACLE_URL")
+
+
+def _secrets(urls: list[str]) -> list[str]:
+    """The secrets of every URL under test that parses, longest first."""
+    found: set[str] = set()
+    for url in urls:
+        try:
+            found.update(parse_url(url).secrets())
+        except portq.ConfigurationError:
+            continue   # an empty or malformed variable: its engine's fixture says so
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(config: pytest.Config, text: str) -> str:
+    """``text`` without the passwords of the URLs under test."""
+    for secret in config.stash.get(_SECRETS, []):
+        text = text.replace(secret, "***")
+    return text
+
+
+class _Scrubber:
+    """Keeps the passwords of ``--portq-url`` out of everything pytest reports: each
+    report's traceback, skip reason and captured output (what -v, -rA, --junitxml and
+    reporting plugins read), and, as a last guard, every byte the terminal writes."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item,
+                                  call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+        outcome = yield
+        self._scrub_report(outcome.get_result())
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_make_collect_report(
+            self, collector: pytest.Collector) -> Generator[None, Any, None]:
+        outcome = yield
+        self._scrub_report(outcome.get_result())
+
+    def _scrub_report(self, report: pytest.TestReport | pytest.CollectReport) -> None:
+        if not self.config.stash.get(_SECRETS, []):
+            return
+        longrepr = report.longrepr
+        if isinstance(longrepr, tuple):         # a skip: (path, line, reason)
+            report.longrepr = (longrepr[0], longrepr[1], scrub(self.config, longrepr[2]))
+        elif longrepr is not None:
+            text = str(longrepr)
+            if scrub(self.config, text) != text:
+                report.longrepr = scrub(self.config, text)
+        report.sections = [(title, scrub(self.config, body))
+                           for title, body in report.sections]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        writer = getattr(reporter, "_tw", None)
+        if writer is not None and config.stash.get(_SECRETS, []):
+            writer._file = _ScrubbingFile(writer._file, config)
+
+
+class _ScrubbingFile:
+    """A text stream that writes through :func:`scrub`."""
+
+    def __init__(self, wrapped: Any, config: pytest.Config) -> None:
+        self._wrapped = wrapped
+        self._config = config
+
+    def write(self, text: str) -> int:
+        self._wrapped.write(scrub(self._config, text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
 
 
 def _targets(config: pytest.Config) -> list[Target]:
