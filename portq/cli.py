@@ -368,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("worker", cmd_worker, "run a worker")
     p.add_argument("--queue", action="append", required=True, help="repeat for more queues")
-    p.add_argument("--handler", required=True, help="module:function taking a portq.Job")
+    p.add_argument("--handler", required=True,
+                   help="module:function taking a portq.Job (def, or async def: awaited on "
+                        "an event loop of the handler thread)")
     p.add_argument("--concurrency", type=_positive, default=4)
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,

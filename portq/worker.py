@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Job
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
 from portq.retry import Backoff
@@ -291,6 +292,7 @@ class Worker:
         self.queue = queue
         self.queues = [validate_queue(n) for n in names]
         self.handler = handler
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         self.concurrency = positive_int(concurrency, "concurrency")
         self.lease_ms = duration_ms(lease, "lease")
         self.lease = self.lease_ms / 1000
@@ -558,6 +560,7 @@ class Worker:
                     wake = not handed_off and free in (1, min(self.batch, self.capacity))
                 if wake:
                     self._wake.set()
+        self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
 
     def _owned(self, job: Job) -> bool:
         with self._lock:
@@ -566,7 +569,7 @@ class Worker:
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
         try:
-            self.handler(job)
+            self._handler.run(job)
         except Permanent as exc:
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
