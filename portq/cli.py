@@ -386,7 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="claim loops, each on its own connection (default 1); more keep a "
                         "worker of many short jobs from waiting on one claim's round trip")
     p.add_argument("--burst", action="store_true",
-                   help="exit 0 once the queues have no due ready and no running jobs")
+                   help="exit 0 once nothing is left: no job of the queues is ready and "
+                        "due, none is running (another worker's too: a crashed worker's "
+                        "jobs are waited for until the reaper returns them, then run), and "
+                        "the jobs this worker reaped have waited out --reap-delay and run; "
+                        "jobs due later (--delay, retry backoff) are not waited for")
     p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],
                    default="full_jitter", help="retry delay policy (default full_jitter)")
     p.add_argument("--backoff-base", type=parse_duration, default=1.0,
