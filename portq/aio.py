@@ -308,6 +308,9 @@ class AsyncWorker:
         self.install_signals = install_signals
         self.counters = WorkerCounters()
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        # owned jobs whose outcome is being written: a renewal refused meanwhile may only
+        # mean that the outcome committed, so the write's own result decides
+        self._writing: dict[int, Job] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
 
@@ -408,6 +411,8 @@ class AsyncWorker:
             entry = self._inflight.get(job.id)
             if entry is not None and entry[0] is job:
                 del self._inflight[job.id]
+            if self._writing.get(job.id) is job:
+                del self._writing[job.id]
             self._wake.set()
 
     async def _report(self, job: Job, error: str | None, retry_in: float | None,
@@ -419,6 +424,7 @@ class AsyncWorker:
         while True:
             if self._inflight.get(job.id, (None,))[0] is not job:
                 return  # lost meanwhile: its new owner reports
+            self._writing[job.id] = job
             try:
                 ok = (await self.queue.complete(job) if error is None else
                       await self.queue.fail(job, error, retry_in=retry_in))
@@ -448,7 +454,8 @@ class AsyncWorker:
                 except Exception as exc:  # noqa: BLE001 - try again next beat
                     log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
                     continue
-                if not renewed and self._inflight.get(job.id, (None,))[0] is job:
+                if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
+                        self._writing.get(job.id) is not job:  # not if being written
                     del self._inflight[job.id]
                     self.counters.lost += 1
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
