@@ -31,7 +31,8 @@ from datetime import datetime
 from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay, storable_error
-from portq.errors import ConfigurationError, DatabaseError, Permanent
+from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
 from portq.queue import (
@@ -48,7 +49,8 @@ from portq.sql import bind
 from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
-AsyncHandler = Callable[[Job], Awaitable[Any]]
+#: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
+AsyncHandler = Callable[[Job], Any]
 
 
 async def connect(url: str, **options: Any) -> AsyncQueue:
@@ -271,7 +273,8 @@ def _is_async_psycopg(conn: Any) -> bool:
 
 
 class AsyncWorker:
-    """Runs async handlers for jobs of ``queues`` as asyncio tasks.
+    """Runs handlers for jobs of ``queues`` as asyncio tasks (an ``async def`` handler on
+    the event loop, a plain ``def`` one on a thread of its own).
 
     At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
     third of the lease; an empty queue is polled with growing, jittered sleeps;
@@ -289,8 +292,7 @@ class AsyncWorker:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
-        if not callable(handler):
-            raise ConfigurationError("handler must be an async function taking a portq.Job")
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.queue = queue
@@ -307,6 +309,9 @@ class AsyncWorker:
         self.install_signals = install_signals
         self.counters = WorkerCounters()
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        # owned jobs whose outcome is being written: a renewal refused meanwhile may only
+        # mean that the outcome committed, so the write's own result decides
+        self._writing: dict[int, Job] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
 
@@ -393,7 +398,7 @@ class AsyncWorker:
     async def _execute(self, job: Job) -> None:
         try:
             try:
-                await self.handler(job)
+                await self._handler.run_async(job)
             except Permanent as exc:
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
@@ -407,6 +412,8 @@ class AsyncWorker:
             entry = self._inflight.get(job.id)
             if entry is not None and entry[0] is job:
                 del self._inflight[job.id]
+            if self._writing.get(job.id) is job:
+                del self._writing[job.id]
             self._wake.set()
 
     async def _report(self, job: Job, error: str | None, retry_in: float | None,
@@ -418,6 +425,7 @@ class AsyncWorker:
         while True:
             if self._inflight.get(job.id, (None,))[0] is not job:
                 return  # lost meanwhile: its new owner reports
+            self._writing[job.id] = job
             try:
                 ok = (await self.queue.complete(job) if error is None else
                       await self.queue.fail(job, error, retry_in=retry_in))
@@ -447,7 +455,8 @@ class AsyncWorker:
                 except Exception as exc:  # noqa: BLE001 - try again next beat
                     log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
                     continue
-                if not renewed and self._inflight.get(job.id, (None,))[0] is job:
+                if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
+                        self._writing.get(job.id) is not job:  # not if being written
                     del self._inflight[job.id]
                     self.counters.lost += 1
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",

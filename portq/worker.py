@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Job
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
 from portq.retry import Backoff
@@ -291,6 +292,7 @@ class Worker:
         self.queue = queue
         self.queues = [validate_queue(n) for n in names]
         self.handler = handler
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         self.concurrency = positive_int(concurrency, "concurrency")
         self.lease_ms = duration_ms(lease, "lease")
         self.lease = self.lease_ms / 1000
@@ -318,6 +320,7 @@ class Worker:
         self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
         self.grace = grace
         self.burst = burst
+        self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
         self.heartbeat = heartbeat
@@ -332,6 +335,9 @@ class Worker:
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
+        # owned jobs whose outcome is being written: a renewal refused meanwhile may only
+        # mean that the outcome committed, so the write's own result decides
+        self._writing: dict[int, Job] = {}
         self._claiming = 0  # slots reserved by claims in progress
         self._lock = threading.Lock()
         self._tasks: Mailbox[Job] = Mailbox()
@@ -500,13 +506,19 @@ class Worker:
         return len(jobs)
 
     def _drained(self) -> bool:
-        """True when none of the queues has a due ready job or a running one."""
+        """The ``burst`` exit test: no job of the queues is ready and due or running
+        (whoever runs it), and every job this worker's reaper returned has waited out its
+        ``reap_delay`` (until then it is ready but not yet due, and would be left behind)."""
+        if time.monotonic() < self._reaped_due_by:
+            return False
         return all(s.ready == 0 and s.running == 0
                    for name in self.queues for s in self.queue.stats(name))
 
     def _reap(self) -> None:
         n = self.queue.reap(limit=1000, delay=self.reap_delay)
         if n:
+            # they are due reap_delay after the reap's statement, which ran before now
+            self._reaped_due_by = time.monotonic() + self.reap_delay
             self.counters.add("reaped", n)
             log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
                         self.worker_id, n)
@@ -549,8 +561,8 @@ class Worker:
                 handed_off = self._execute(job)
             finally:
                 with self._lock:
-                    if not handed_off and self._inflight.get(job.id) is job:
-                        del self._inflight[job.id]
+                    if not handed_off:
+                        self._forget(job)
                     self._busy -= 1
                     # a slot freed (a job handed to the ack threads still holds its slot):
                     # wake the claim loops when that makes a first free slot or a batch
@@ -558,15 +570,25 @@ class Worker:
                     wake = not handed_off and free in (1, min(self.batch, self.capacity))
                 if wake:
                     self._wake.set()
+        self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
 
-    def _owned(self, job: Job) -> bool:
+    def _start_writing(self, jobs: Sequence[Job]) -> list[Job]:
+        """The jobs of ``jobs`` this worker still owns, now marked as being written."""
         with self._lock:
-            return self._inflight.get(job.id) is job
+            owned = [j for j in jobs if self._inflight.get(j.id) is j]
+            self._writing.update((j.id, j) for j in owned)
+            return owned
+
+    def _forget(self, job: Job) -> None:
+        """Stop owning ``job`` (its outcome is written, or it was lost); hold the lock."""
+        for owned in (self._inflight, self._writing):
+            if owned.get(job.id) is job:
+                del owned[job.id]
 
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
         try:
-            self.handler(job)
+            self._handler.run(job)
         except Permanent as exc:
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
@@ -588,7 +610,7 @@ class Worker:
 
     def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """Write the outcome, retrying through connection trouble until the lease ends."""
-        if not self._owned(job):
+        if not self._start_writing([job]):
             return  # released or lost meanwhile; its new owner reports
         if outcome == "succeeded":
             written = self._write([job], lambda: [self._group.complete(job)])
@@ -655,15 +677,13 @@ class Worker:
         waiting at most ``ack_delay`` seconds; once the mailbox is closed, write what is
         left and stop."""
         while jobs := self._acks.get_batch(self._group.max_batch, self.ack_delay or 0.0):
-            with self._lock:  # a job lost meanwhile (renewal refused) is not reported
-                owned = [j for j in jobs if self._inflight.get(j.id) is j]
+            owned = self._start_writing(jobs)  # one lost meanwhile is not reported
             written = self._write(owned, functools.partial(self.queue.complete_many, owned)
                                   ) if owned else None
             with self._lock:
                 for job in jobs:
                     del self._acking[job.id]
-                    if self._inflight.get(job.id) is job:
-                        del self._inflight[job.id]
+                    self._forget(job)
             if written is not None:
                 results, interrupted = written
                 for job, ok in zip(owned, results, strict=True):
@@ -682,8 +702,11 @@ class Worker:
                                 job.id, self.worker_id, exc)
                     continue
                 if not renewed:
-                    with self._lock:
-                        lost = self._inflight.pop(job.id, None) is job
+                    with self._lock:  # not lost if its outcome is being written
+                        lost = self._inflight.get(job.id) is job and \
+                            self._writing.get(job.id) is not job
+                        if lost:
+                            del self._inflight[job.id]
                     if lost:
                         self.counters.add("lost")
                         log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "

@@ -210,3 +210,51 @@ def test_async_connection_refused_where_it_cannot_work(async_url: str, qname: st
             finally:
                 await conn.close()
     run(async_url, body)
+
+
+@pytest.mark.parametrize("taken_away", [False, True], ids=["completed", "cancelled"])
+def test_async_worker_counts_a_loss_only_when_ownership_was_lost(
+        async_url: str, queue: portq.Queue, qname: str, taken_away: bool) -> None:
+    """Each completion returns only once a renewal made after it was refused (the race
+    between the heartbeat and the job's own completion, made certain). A job completed by
+    this worker is not lost; one cancelled just before its completion is lost once."""
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+
+    async def body(q: aio.AsyncQueue) -> tuple[Any, set[int]]:
+        written: set[int] = set()
+        refused: set[int] = set()
+        complete, renew = q.complete, q.renew
+
+        async def racing_complete(job: portq.Job | portq.Claim) -> bool:
+            assert isinstance(job, portq.Job)
+            if taken_away:
+                assert await q.cancel(job.id)
+            ok = await complete(job)
+            written.add(job.id)
+            for _ in range(2000):  # at most 10 s
+                if job.id in refused:
+                    break
+                await asyncio.sleep(0.005)
+            return ok
+
+        async def watched_renew(job: portq.Job | portq.Claim, lease: float = 30.0) -> bool:
+            ok = await renew(job, lease=lease)
+            if not ok and isinstance(job, portq.Job) and job.id in written:
+                refused.add(job.id)
+            return ok
+
+        q.complete = racing_complete  # type: ignore[method-assign]
+        q.renew = watched_renew  # type: ignore[method-assign]
+
+        async def handler(job: portq.Job) -> None:
+            await asyncio.sleep(0)
+
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=2, lease=1.2, burst=True,
+                                 idle_min=0.01, idle_max=0.1)
+        return await asyncio.wait_for(worker.run(), 60), refused
+
+    counters, refused = run(async_url, body)
+    assert refused == set(ids), "the race did not happen"
+    expected = (0, 4) if taken_away else (4, 0)
+    assert (counters.succeeded, counters.lost) == expected
+    assert counts(queue, qname)["cancelled" if taken_away else "succeeded"] == 4
