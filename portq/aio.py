@@ -205,16 +205,38 @@ class AsyncQueue:
 
     async def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
         """Extend the lease; False means the claim no longer owns the job."""
+        return (await self.renew_many([job], lease))[0]
+
+    async def renew_many(self, jobs: Sequence[Job | Claim], lease: float = 30.0) -> list[bool]:
+        """Extend several leases in one statement; one result per job, as :meth:`renew`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.renew, job, lease)
-        return await self._guarded("renew", {**self.backend.guard(_claim_of(job)),
-                                             "lease_ms": duration_ms(lease, "lease")})
+            return await asyncio.to_thread(self.queue.renew_many, jobs, lease)
+        return await self._fenced_many("renew_many", jobs,
+                                       {"lease_ms": duration_ms(lease, "lease")})
 
     async def complete(self, job: Job | Claim) -> bool:
         """Mark succeeded; False means ownership was lost and nothing was written."""
+        return (await self.complete_many([job]))[0]
+
+    async def complete_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """Complete several jobs in one statement; one result per job, as :meth:`complete`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.complete, job)
-        return await self._guarded("complete", self.backend.guard(_claim_of(job)))
+            return await asyncio.to_thread(self.queue.complete_many, jobs)
+        return await self._fenced_many("complete_many", jobs, {})
+
+    async def _fenced_many(self, op: str, jobs: Sequence[Job | Claim],
+                           params: dict[str, Any]) -> list[bool]:
+        """The async form of :meth:`SqlBackend.fenced_many` (same statements)."""
+        if not jobs:
+            return []
+        claims = [_claim_of(j) for j in jobs]
+        params = {**params, "claims": self.backend.claims_json(claims)}
+
+        async def go(cur: Any) -> set[tuple[int, int]]:
+            rows = await (await self._execute(cur, op, params)).fetchall()
+            return {(int(job_id), int(gen)) for job_id, gen in rows}
+        done = await self._run(op, go)
+        return [(c.job_id, c.generation) in done for c in claims]
 
     async def release(self, job: Job | Claim) -> bool:
         """Return an unfinished job to ready without spending its attempt."""
@@ -440,12 +462,14 @@ class AsyncWorker:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
-            for job, _task in list(self._inflight.values()):
-                try:
-                    renewed = await self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
-                    continue
+            jobs = [job for job, _task in self._inflight.values()]
+            try:  # one statement per tick, whatever the number of jobs
+                results = await self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed and self._inflight.get(job.id, (None,))[0] is job:
                     del self._inflight[job.id]
                     self.counters.lost += 1

@@ -674,13 +674,13 @@ class Worker:
         while not self._done.wait(self.lease / 3):
             with self._lock:
                 jobs = list(self._inflight.values())
-            for job in jobs:
-                try:
-                    renewed = self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d worker=%s error=%s",
-                                job.id, self.worker_id, exc)
-                    continue
+            try:  # one statement per tick, whatever the number of jobs
+                results = self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s worker=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed:
                     with self._lock:
                         lost = self._inflight.pop(job.id, None) is job
