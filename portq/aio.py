@@ -32,6 +32,7 @@ from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
 from portq.queue import (
@@ -48,7 +49,8 @@ from portq.sql import bind
 from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
-AsyncHandler = Callable[[Job], Awaitable[Any]]
+#: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
+AsyncHandler = Callable[[Job], Any]
 
 
 async def connect(url: str, **options: Any) -> AsyncQueue:
@@ -292,7 +294,8 @@ def _is_async_psycopg(conn: Any) -> bool:
 
 
 class AsyncWorker:
-    """Runs async handlers for jobs of ``queues`` as asyncio tasks.
+    """Runs handlers for jobs of ``queues`` as asyncio tasks (an ``async def`` handler on
+    the event loop, a plain ``def`` one on a thread of its own).
 
     At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
     third of the lease; an empty queue is polled with growing, jittered sleeps;
@@ -310,8 +313,7 @@ class AsyncWorker:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
-        if not callable(handler):
-            raise ConfigurationError("handler must be an async function taking a portq.Job")
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.queue = queue
@@ -414,7 +416,7 @@ class AsyncWorker:
     async def _execute(self, job: Job) -> None:
         try:
             try:
-                await self.handler(job)
+                await self._handler.run_async(job)
             except Permanent as exc:
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
