@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -46,7 +47,7 @@ from portq.queue import (
 from portq.queue import connect as connect_sync
 from portq.retry import Backoff
 from portq.sql import bind
-from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
+from portq.worker import BATCH_LIMIT, Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
 #: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
@@ -297,8 +298,11 @@ class AsyncWorker:
     """Runs handlers for jobs of ``queues`` as asyncio tasks (an ``async def`` handler on
     the event loop, a plain ``def`` one on a thread of its own).
 
-    At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
-    third of the lease; an empty queue is polled with growing, jittered sleeps;
+    At most ``concurrency`` handlers run at once; successes are written by a completion
+    batcher task, a batch per statement (``complete_many``), each job keeping its slot
+    until its completion has committed (as in :class:`portq.worker.Worker`); a heartbeat
+    task renews every lease in one statement at a third of the lease; an empty queue is
+    polled with growing, jittered sleeps;
     :meth:`stop` (or SIGTERM/SIGINT with ``install_signals``) stops claiming, waits up to
     ``grace`` seconds, then cancels the remaining handlers and releases their jobs.
     Handlers raise :class:`portq.Permanent` (dead now) or
@@ -330,8 +334,11 @@ class AsyncWorker:
         self.install_signals = install_signals
         self.counters = WorkerCounters()
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._acks: list[Job] = []  # handler returned, completion not yet written
+        self._acking: set[int] = set()  # ids in _acks or in the batch being written
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self._ack_ready = asyncio.Event()
 
     @property
     def inflight(self) -> int:
@@ -349,12 +356,13 @@ class AsyncWorker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
+        batcher = asyncio.create_task(self._ack_loop(), name="portq-acks")
         log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
                  self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
         try:
             await self._claim_loop()
         finally:
-            await self._shutdown()
+            await self._shutdown(batcher)
             heartbeat.cancel()
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -425,37 +433,67 @@ class AsyncWorker:
                 summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
                 await self._report(job, summary, self.backoff.delay(job.attempt))
             else:
-                await self._report(job, None, None)
+                if self._inflight.get(job.id, (None,))[0] is job:
+                    self._acking.add(job.id)  # it keeps its slot until the batch commits
+                    self._acks.append(job)
+                    self._ack_ready.set()
+                    return
         finally:
             entry = self._inflight.get(job.id)
-            if entry is not None and entry[0] is job:
+            if entry is not None and entry[0] is job and job.id not in self._acking:
                 del self._inflight[job.id]
-            self._wake.set()
+                self._wake.set()
 
-    async def _report(self, job: Job, error: str | None, retry_in: float | None,
-                      dead: bool = False) -> None:
-        """Complete (``error`` None) or fail the job, retrying through connection trouble
-        while the lease lives."""
+    async def _write(self, jobs: Sequence[Job],
+                     write: Callable[[], Awaitable[list[bool]]]) -> list[bool] | None:
+        """``await write()`` retried through connection trouble while the jobs' lease lives;
+        None when it ran out first (the jobs will run again)."""
         deadline = time.monotonic() + self.lease
         delay = 0.05
         while True:
-            if self._inflight.get(job.id, (None,))[0] is not job:
-                return  # lost meanwhile: its new owner reports
             try:
-                ok = (await self.queue.complete(job) if error is None else
-                      await self.queue.fail(job, error, retry_in=retry_in))
-                break
+                return await write()
             except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
                 if time.monotonic() + delay >= deadline:
-                    log.error("job.report_failed job_id=%d worker=%s error=%s",
-                              job.id, self.worker_id, exc)
-                    return
+                    log.error("job.report_failed job_id=%s worker=%s error=%s",
+                              ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                    return None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _ack_loop(self) -> None:
+        """The completion batcher: write what handlers finished, up to ``BATCH_LIMIT`` a
+        statement; a job lost meanwhile (renewal refused) is not written."""
+        while True:
+            await self._ack_ready.wait()
+            self._ack_ready.clear()
+            while self._acks:
+                batch = self._acks[:BATCH_LIMIT]
+                del self._acks[:BATCH_LIMIT]
+                owned = [j for j in batch if self._inflight.get(j.id, (None,))[0] is j]
+                results = await self._write(
+                    owned, functools.partial(self.queue.complete_many, owned)) \
+                    if owned else None
+                for job in batch:
+                    self._acking.discard(job.id)
+                    if self._inflight.get(job.id, (None,))[0] is job:
+                        del self._inflight[job.id]
+                for ok in results or []:
+                    self.counters.succeeded += ok
+                    self.counters.lost += not ok
+                self._wake.set()
+
+    async def _report(self, job: Job, error: str, retry_in: float | None,
+                      dead: bool = False) -> None:
+        """Fail the job, retrying through connection trouble while the lease lives."""
+        if self._inflight.get(job.id, (None,))[0] is not job:
+            return  # lost meanwhile: its new owner reports
+        written = await self._write([job], lambda: self._fail(job, error, retry_in))
+        if written is None:
+            return
+        ok = written[0]
         if not ok:
             self.counters.lost += 1
-        elif error is None:
-            self.counters.succeeded += 1
         elif dead or retry_in is None or job.attempt >= job.max_attempts:
             self.counters.dead += 1
         else:
@@ -478,11 +516,19 @@ class AsyncWorker:
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
                                 job.id, self.worker_id)
 
-    async def _shutdown(self) -> None:
+    async def _fail(self, job: Job, error: str, retry_in: float | None) -> list[bool]:
+        return [await self.queue.fail(job, error, retry_in=retry_in)]
+
+    async def _shutdown(self, batcher: asyncio.Task[None]) -> None:
         self._stopping.set()
         tasks = [task for _job, task in self._inflight.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.grace)
+        while self._acking:  # write the completions still waiting, then stop the batcher
+            self._ack_ready.set()
+            await asyncio.sleep(0.01)
+        batcher.cancel()
+        await asyncio.gather(batcher, return_exceptions=True)
         leftover = list(self._inflight.values())
         self._inflight.clear()  # their reports are now skipped
         for _job, task in leftover:

@@ -10,13 +10,9 @@ Scenarios (each measures and reports; none passes or fails):
   BUFFERS)``, MariaDB ``ANALYZE FORMAT=JSON``), the plan's node types, and whether the
   plan walks the ready index in order (no Sort node, no temp B-tree, no filesort).
 * ``throughput`` — a no-op handler run by :class:`portq.worker.Worker` threads over N
-  jobs; jobs/s of claim + complete, for each worker count and claim batch size, in two
-  modes: ``default`` (one claim loop; claims never exceed free handler threads; each
-  handler's thread waits for its completion's commit) and ``pipelined`` (batches above 1
-  only: as many claim loops as workers, ``claimers=N``, each allowed
-  :data:`PIPELINE_DEPTH` claimed batches beyond the handler threads, ``prefetch``, so that
-  claims never wait for acknowledgements, and ``ack_delay=0``: completions written in the
-  background, batched). Each run starts from a settled table (:func:`settle`); with
+  jobs; jobs/s of claim + complete, for each worker count and claim batch size, with the
+  Worker as a user gets it (no tuning options: it sizes its look-ahead, completion batches
+  and claim loops itself). Each run starts from a settled table (:func:`settle`); with
   ``repeat`` every configuration runs that many times and the median run is reported.
 * ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
   :meth:`Queue.enqueue_many` in chunks.
@@ -55,9 +51,8 @@ DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
     (1_000, None), (10_000, None), (100_000, None), (100_000, 1_000_000))
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
-MODES = ("default", "pipelined")
-#: pipelined mode: claimed batches each claim loop may hold beyond its handler threads
-PIPELINE_DEPTH = 8
+#: the Worker has one mode (the name stays in reports and ``portq bench --mode``)
+MODES = ("worker",)
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
 SCENARIOS = ("claim-latency", "throughput", "enqueue")
@@ -328,13 +323,10 @@ def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) ->
 
 
 def mode_options(mode: str, batch: int, workers: int) -> dict[str, Any]:
-    """The Worker options of a throughput mode (see the module docstring)."""
-    if mode == "default":
-        return {}
-    if mode == "pipelined":
-        return {"claimers": workers, "prefetch": PIPELINE_DEPTH * batch * workers,
-                "ack_delay": 0.0}
-    raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
+    """The Worker options of a throughput mode: none (the Worker has one mode)."""
+    if mode not in MODES:
+        raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
+    return {}
 
 
 def settle(backend: SqlBackend) -> None:
@@ -351,7 +343,7 @@ def settle(backend: SqlBackend) -> None:
 
 
 def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
-                   progress: Progress | None = None, mode: str = "default",
+                   progress: Progress | None = None, mode: str = "worker",
                    repeat: int = 1) -> dict[str, Any]:
     """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads,
     ``repeat`` times (each from a settled table); the median run is reported, with every
@@ -387,11 +379,9 @@ def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                batches: Sequence[int] = DEFAULT_BATCHES,
                progress: Progress | None = None,
                modes: Sequence[str] = MODES, repeat: int = 1) -> list[dict[str, Any]]:
-    """:func:`throughput_run` for every mode, batch size and worker count (``pipelined``
-    only for batches above 1)."""
+    """:func:`throughput_run` for every mode, batch size and worker count."""
     return [throughput_run(queue, jobs, w, b, progress, mode, repeat)
-            for mode in modes for b in batches if mode == "default" or b > 1
-            for w in workers]
+            for mode in modes for b in batches for w in workers]
 
 
 def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,

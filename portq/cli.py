@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -87,7 +88,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
-    with _open(args) as q:
+    fixed = [f"--{name.replace('_', '-')}" for name in ("prefetch", "ack_delay", "claimers")
+             if getattr(args, name) is not None]
+    if fixed:
+        print(f"portq worker: {', '.join(fixed)}: deprecated, the worker sizes its "
+              "look-ahead, completion batches and claim loops itself (docs/operations.md"
+              "#worker); the value given still applies", file=sys.stderr)
+    with _open(args) as q, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # said once above
         q.backend.check_schema()
         worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
                         burst=args.burst, grace=args.grace, install_signals=True,
@@ -375,16 +383,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,
                    help="how long shutdown waits for running jobs before releasing them")
-    p.add_argument("--prefetch", type=_non_negative, default=0,
-                   help="jobs claimed ahead of free handler threads (default 0); they are "
-                        "leased while they wait and given back when shutdown starts")
+    p.add_argument("--prefetch", type=_non_negative, default=None,
+                   help="deprecated: fixes the look-ahead (jobs claimed beyond the handler "
+                        "threads), which the worker otherwise sizes itself")
     p.add_argument("--ack-delay", type=parse_duration, default=None,
-                   help="write completions in the background, batched, at most this long "
-                        "after the handler returns (e.g. 0s, 10ms); default: the handler's "
-                        "thread waits for its own commit")
-    p.add_argument("--claimers", type=_positive, default=1,
-                   help="claim loops, each on its own connection (default 1); more keep a "
-                        "worker of many short jobs from waiting on one claim's round trip")
+                   help="deprecated: how long a completion may wait for others of its "
+                        "batch (default 0: completions are written in the background, a "
+                        "batch at a time)")
+    p.add_argument("--claimers", type=_positive, default=None,
+                   help="deprecated: fixes the number of claim loops (default: up to 4 "
+                        "while jobs are shorter than a claim's round trip, else 1)")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once nothing is left: no job of the queues is ready and "
                         "due, none is running (another worker's too: a crashed worker's "
@@ -465,10 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_int_list, default=list(bench.DEFAULT_BATCHES),
                    help="claim batch sizes (default 1,20)")
     p.add_argument("--mode", action="append", choices=bench.MODES,
-                   help="throughput mode, repeat for more (default: both); pipelined = "
-                        "one claim loop per worker, each holding up to "
-                        f"{bench.PIPELINE_DEPTH} batches ahead, and background acks "
-                        "(ack_delay 0)")
+                   help="throughput mode: 'worker', the Worker with no tuning options "
+                        "(the default/pipelined split is gone: the one mode sizes its "
+                        "look-ahead, completion batches and claim loops itself)")
     p.add_argument("--repeat", type=_positive, default=1,
                    help="run each throughput configuration this many times and report "
                         "the median run (default 1)")
