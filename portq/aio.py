@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
+from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats
@@ -312,12 +312,14 @@ class AsyncWorker:
     def __init__(self, queue: AsyncQueue, queues: Sequence[str] | str, handler: AsyncHandler,
                  *, concurrency: int = 10, lease: float = 30.0, batch: int | None = None,
                  backoff: Backoff | None = None, idle_min: float = 0.05,
-                 idle_max: float = 2.0, grace: float = 30.0, burst: bool = False,
+                 idle_max: float | None = None, grace: float = 30.0, burst: bool = False,
                  worker_id: str | None = None, install_signals: bool = False) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
         self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
+        if idle_max is None:  # it only polls (no listener): keep a new job's wait short
+            idle_max = max(idle_min, POLL_IDLE_MAX)
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.queue = queue

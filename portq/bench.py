@@ -16,6 +16,11 @@ Scenarios (each measures and reports; none passes or fails):
   ``repeat`` every configuration runs that many times and the median run is reported.
 * ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
   :meth:`Queue.enqueue_many` in chunks.
+* ``pickup`` (only when asked for) — an idle Worker with its default idle settings;
+  :data:`PICKUP_JOBS` single jobs enqueued :data:`PICKUP_GAP_S` apart, then a few more each
+  after a :data:`PICKUP_QUIET_S` quiet spell (when a polling worker has backed off
+  furthest): the time from ``enqueue()`` returning (committed) to the handler starting,
+  p50/p99/max, and what the idle worker costs the database (claims/s while idle).
 
 The ``portqb_`` tables are dropped afterwards.
 """
@@ -23,6 +28,7 @@ The ``portqb_`` tables are dropped afterwards.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -55,7 +61,13 @@ DEFAULT_BATCHES = (1, 20)
 MODES = ("worker",)
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
-SCENARIOS = ("claim-latency", "throughput", "enqueue")
+SCENARIOS = ("claim-latency", "throughput", "enqueue", "pickup")
+#: what runs when no scenario is named (pickup takes ~15 s of wall time: asked for only)
+DEFAULT_SCENARIOS = ("claim-latency", "throughput", "enqueue")
+PICKUP_JOBS = 200
+PICKUP_GAP_S = 0.020
+PICKUP_QUIET_S = 3.0
+PICKUP_AFTER_QUIET = 3
 FILL_CHUNK = 100_000
 Progress = Callable[[int, int, float], None]
 
@@ -403,6 +415,66 @@ def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
     ]
 
 
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def pickup(queue: Queue, jobs: int = PICKUP_JOBS, gap: float = PICKUP_GAP_S,
+           quiet: float = PICKUP_QUIET_S, after_quiet: int = PICKUP_AFTER_QUIET
+           ) -> dict[str, Any]:
+    """Enqueue-commit to handler-start latency of an idle Worker (see the module docstring).
+    The Worker runs with its defaults (idle sleeps, listener), 4 handler threads and no
+    maintenance."""
+    name = f"bench-pick-{uuid.uuid4().hex[:8]}"
+    started: dict[int, float] = {}
+    arrived = threading.Condition()
+
+    def handler(job: Job) -> None:
+        with arrived:
+            started[int(job.payload)] = time.perf_counter()
+            arrived.notify_all()
+
+    worker = Worker(queue, name, handler, concurrency=4, reap_interval=None,
+                    prune_interval=None)
+    thread = threading.Thread(target=worker.run, name="portq-bench-pickup", daemon=True)
+    thread.start()
+    committed: dict[int, float] = {}
+    try:
+        time.sleep(quiet)  # idle: the worker has backed off as far as it goes
+        claims_before, idle_since = len(worker.counters.claim_seconds), time.perf_counter()
+        time.sleep(quiet)
+        idle_claims_per_s = (len(worker.counters.claim_seconds) - claims_before) / (
+            time.perf_counter() - idle_since)
+        for n in range(jobs):
+            queue.enqueue(name, n)
+            committed[n] = time.perf_counter()
+            time.sleep(gap)
+        for k in range(after_quiet):
+            time.sleep(quiet)
+            queue.enqueue(name, jobs + k)
+            committed[jobs + k] = time.perf_counter()
+        with arrived:
+            arrived.wait_for(lambda: len(started) == len(committed), timeout=60)
+    finally:
+        worker.stop()
+        thread.join(60)
+        queue.prune(0, limit=len(committed) + 1, queue=name)
+    steady = [(started[i] - committed[i]) * 1000 for i in range(jobs) if i in started]
+    after = [(started[i] - committed[i]) * 1000 for i in range(jobs, jobs + after_quiet)
+             if i in started]
+    listener = queue.backend.listener([name])
+    return {"engine": queue.backend.engine, "jobs": jobs, "gap_ms": gap * 1000,
+            "started": len(started), "idle_max_s": worker.idle_max,
+            "listener": None if listener is None else type(listener).__name__,
+            "p50_ms": round(percentile(steady, 50), 2) if steady else None,
+            "p99_ms": round(percentile(steady, 99), 2) if steady else None,
+            "max_ms": round(max(steady), 2) if steady else None,
+            "after_quiet_ms": [round(x, 1) for x in after],
+            "idle_claims_per_s": round(idle_claims_per_s, 2)}
+
+
 def machine() -> dict[str, Any]:
     """nproc, memory, Python and OS of this machine."""
     mem = None
@@ -417,7 +489,7 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "portq": portq.__version__}
 
 
-def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_JOBS,
+def run(url: str, scenarios: Sequence[str] = DEFAULT_SCENARIOS, *, jobs: int = DEFAULT_JOBS,
         workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
         sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
         progress: Progress | None = None, modes: Sequence[str] = MODES,
@@ -441,6 +513,8 @@ def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_J
                                                   modes, repeat)
             if "claim-latency" in scenarios:
                 report["claim_latency"] = claim_latency(queue, sizes)
+            if "pickup" in scenarios:
+                report["pickup"] = [pickup(queue)]
         finally:
             drop_tables(backend)
     return report

@@ -268,7 +268,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from portq import bench
     url = _url(args)
     progress = None if args.no_progress else _progress
-    report = bench.run(url, args.scenario or bench.SCENARIOS, jobs=args.jobs,
+    report = bench.run(url, args.scenario or bench.DEFAULT_SCENARIOS, jobs=args.jobs,
                        workers=args.workers, batches=args.batch, sizes=args.sizes,
                        progress=progress, modes=args.mode or bench.MODES,
                        repeat=args.repeat)
@@ -284,10 +284,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
              ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
-             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"])):
+             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"]),
+            (f"pickup: enqueue-commit to handler start, {bench.PICKUP_JOBS} jobs "
+             f"{bench.PICKUP_GAP_S * 1000:.0f} ms apart, then after {bench.PICKUP_QUIET_S:.0f} s "
+             "quiet spells", "pickup",
+             ["p50_ms", "p99_ms", "max_ms", "after_quiet_ms", "idle_max_s", "listener",
+              "idle_claims_per_s"])):
         if key in report:
             print(f"\n{title}")
-            _print_table(cols, [[_cell(", ".join(v) if isinstance(v, list) else v)
+            _print_table(cols, [[_cell(", ".join(map(str, v)) if isinstance(v, list) else v)
                                  for v in (r[c] for c in cols)] for r in report[key]])
     return 0
 
@@ -405,8 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first retry's delay ceiling (default 1s)")
     p.add_argument("--backoff-cap", type=parse_duration, default=3600.0,
                    help="longest retry delay (default 1h)")
-    p.add_argument("--idle-max", type=parse_duration, default=2.0,
-                   help="longest sleep between polls of an empty queue (default 2s)")
+    p.add_argument("--idle-max", type=parse_duration, default=None,
+                   help="longest sleep between polls of an empty queue, what a new job may "
+                        "wait for an idle worker (default: 2s on PostgreSQL and SQLite, whose "
+                        "workers are woken by LISTEN/NOTIFY and PRAGMA data_version; 250ms "
+                        "elsewhere, at most ~7 claims/s per idle worker)")
     p.add_argument("--reap-interval", type=parse_duration, default=10.0,
                    help="how often this worker returns expired leases (0: never; default 10s)")
     p.add_argument("--reap-delay", type=parse_duration, default=1.0,
@@ -466,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("bench", cmd_bench, "measure claim cost vs table size, throughput and "
                 "enqueue rate in portqb_ tables (dropped afterwards)")
     p.add_argument("--scenario", action="append", choices=bench.SCENARIOS,
-                   help="repeat for more (default: all)")
+                   help="repeat for more (default: all but pickup)")
     p.add_argument("--jobs", type=_positive, default=bench.DEFAULT_JOBS)
     p.add_argument("--workers", type=_int_list, default=list(bench.DEFAULT_WORKERS),
                    help="worker thread counts, e.g. 4 or 1,2,4,8 (default)")

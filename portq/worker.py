@@ -303,7 +303,7 @@ class Worker:
     def __init__(self, queue: Queue, queues: Sequence[str] | str, handler: Handler, *,
                  concurrency: int = 4, lease: float = 30.0, batch: int | None = None,
                  backoff: Backoff | None = None, idle_min: float = 0.05,
-                 idle_max: float = 2.0, reap_interval: float | None = 10.0,
+                 idle_max: float | None = None, reap_interval: float | None = 10.0,
                  reap_delay: float = 1.0, prune_interval: float | None = 3600.0,
                  prune_older_than: float = 7 * 86400.0, grace: float = 30.0,
                  burst: bool = False, worker_id: str | None = None,
@@ -353,6 +353,8 @@ class Worker:
         self.ack_delay = ack_delay or 0.0
         self.lookahead = LookAhead(self.concurrency, self.lease, self.prefetch)
         self.backoff = backoff or queue.backoff
+        if idle_max is None:  # the engine's: short where only polling finds new jobs
+            idle_max = max(idle_min, queue.backend.idle_max_default)
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError(f"need 0 < idle_min <= idle_max, got idle_min={idle_min!r}"
                                      f", idle_max={idle_max!r}")

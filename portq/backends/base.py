@@ -30,6 +30,8 @@ from portq.url import DatabaseURL
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue"; never a valid queue name
+#: longest idle sleep of a worker that only polls: a new job waits at most this long
+POLL_IDLE_MAX = 0.25
 
 
 def conflict_delay(attempt: int) -> float:
@@ -67,6 +69,10 @@ class SqlBackend(Backend):
     #: how many times a claim (or other own-transaction operation) is retried on
     #: deadlock / serialization / busy before the error is raised
     max_retries: ClassVar[int] = 8
+    #: a worker's longest idle sleep between claims of an empty queue unless given: where
+    #: nothing announces new jobs (no :meth:`listener`) polling is what a new job waits
+    #: for, so it stays short (at most ~6.7 claims/s per idle worker)
+    idle_max_default: ClassVar[float] = POLL_IDLE_MAX
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
                  pool_timeout: float = 30.0) -> None:

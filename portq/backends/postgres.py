@@ -33,6 +33,7 @@ class PostgresBackend(SqlBackend):
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
+    idle_max_default = 2.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def connect(self) -> Any:
         return psycopg.connect(autocommit=False, **self.connect_kwargs())
