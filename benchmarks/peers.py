@@ -21,6 +21,7 @@ Configurations, as each library documents its worker for throughput:
 - oban (oban-py, needs Python 3.12+: benchmarks/.venv-peers312): one server-mode Oban
   with one queue of concurrency N, the rest at its defaults; timed until every job is
   completed (it keeps finished rows).
+- chancy (benchmarks/.venv-peers312 too): see ``chancy_run``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -187,6 +189,49 @@ async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     return _result("oban", workers, jobs, done, elapsed, enqueue_s)
 
 
+async def chancy_noop(n: int) -> None:
+    """chancy's job: imported by its worker by name, so it lives at module level."""
+
+
+async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+    """chancy: one Worker; the queue declared with ``concurrency`` N, the asyncio executor
+    (the jobs are ``async def``; the default process pool is for CPU-bound jobs), and
+    ``eager_polling`` with a 1 s polling interval, which its docs recommend where jobs are
+    continuously available (the default interval is 5 s). Tables in the peer schema via the
+    search_path; done when every job has succeeded."""
+    from chancy import Chancy, Job, Queue, Worker
+
+    queue = f"bench{workers}"
+    quiet = logging.getLogger("peers.chancy")  # chancy's own default logs every job at
+    quiet.setLevel(logging.WARNING)            # INFO; the other contenders log nothing
+    async with Chancy(libpq_url(url, "chancy"), max_connection_pool_size=workers + 6,
+                      no_default_plugins=True, log=quiet) as chancy:
+        await chancy.migrate()
+        await chancy.declare(Queue(queue, concurrency=workers, executor=Chancy.Executor.Async,
+                                   polling_interval=1, eager_polling=True))
+        job = Job.from_func(chancy_noop).with_queue(queue)
+        started = time.perf_counter()
+        async for _ in chancy.push_many([job.with_kwargs(n=i) for i in range(jobs)],
+                                        batch_size=1000):
+            pass
+        enqueue_s = time.perf_counter() - started
+        settle(url, "chancy")
+
+        async def succeeded() -> int:
+            with psycopg.connect(libpq_url(url, "chancy")) as conn:
+                row = conn.execute("SELECT count(*) FROM chancy_jobs WHERE queue = %s "
+                                   "AND state = 'succeeded'", (queue,)).fetchone()
+            return int(row[0]) if row else 0
+
+        started = time.perf_counter()
+        async with Worker(chancy, register_signal_handlers=False):
+            deadline = started + 600
+            while (done := await succeeded()) < jobs and time.perf_counter() < deadline:
+                await asyncio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+    return _result("chancy", workers, jobs, done, elapsed, enqueue_s)
+
+
 def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
             enqueue_s: float) -> dict[str, Any]:
     return {"peer": peer, "version": importlib.metadata.version(peer), "workers": workers,
@@ -196,7 +241,8 @@ def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
 
 
 PEERS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
-    "procrastinate": procrastinate_run, "pgqueuer": pgqueuer_run, "oban": oban_run}
+    "procrastinate": procrastinate_run, "pgqueuer": pgqueuer_run, "oban": oban_run,
+    "chancy": chancy_run}
 
 
 def main() -> int:

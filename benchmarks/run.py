@@ -9,7 +9,7 @@
   minimal psycopg loop (one thread and connection per worker, no pool, no Worker), in two
   forms: one commit per completed job (`complete`), and one statement and commit for each
   claimed batch (`complete_many`, what portq's worker writes);
-* procrastinate and pgqueuer on the same PostgreSQL, installed only into
+* procrastinate, pgqueuer, oban and chancy on the same PostgreSQL, installed only into
   benchmarks/.venv-peers by this script (never portq dependencies), each in a schema of
   its own of the benchmark database, bulk-enqueued and then VACUUM ANALYZEd exactly as
   portq's own table is before each run; matplotlib for the plots lives there too.
@@ -57,12 +57,12 @@ TARGETS = (("vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers", "pgq
             "workers", "raw-ceiling", "{:.0%}"))
 #: the contenders of every head-to-head round, in the order they run in it
 HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq worker", "pgqueuer",
-                "procrastinate", "oban")
-PEERS = ("pgqueuer", "procrastinate", "oban")
-#: oban-py needs Python 3.12+: a venv of its own, from this interpreter (PORTQ_PY312 or
-#: pyenv's 3.12 where it exists)
+                "procrastinate", "oban", "chancy")
+PEERS = ("pgqueuer", "procrastinate", "oban", "chancy")
+#: oban-py needs Python 3.12+: a venv of its own (chancy runs there too), made with the
+#: interpreter at PORTQ_PY312 (default: pyenv's 3.12 where it exists)
 PEERS312_VENV = ROOT / "benchmarks" / ".venv-peers312"
-PEERS312_PACKAGES = ["oban", "psycopg[binary]", "psycopg-pool"]
+PEERS312_PACKAGES = ["oban", "chancy", "psycopg[binary]", "psycopg-pool"]
 PY312 = os.environ.get("PORTQ_PY312", "/root/.pyenv/versions/3.12.1/bin/python3")
 
 
@@ -92,7 +92,8 @@ def peers312_python() -> Path | None:
             log(f"no Python 3.12 at {PY312} (set PORTQ_PY312): oban not run")
             return None
         subprocess.run([PY312, "-m", "venv", str(PEERS312_VENV)], check=True)
-    if subprocess.run([str(python), "-c", "import oban"], capture_output=True).returncode:
+    if subprocess.run([str(python), "-c", "import oban, chancy"],
+                      capture_output=True).returncode:
         log(f"installing {', '.join(PEERS312_PACKAGES)} into {PEERS312_VENV}")
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS312_PACKAGES],
                        check=True)
@@ -101,7 +102,7 @@ def peers312_python() -> Path | None:
 
 def python_for(peer: str, python: Path) -> Path | None:
     """The interpreter that runs ``peer``."""
-    return peers312_python() if peer == "oban" else python
+    return peers312_python() if peer in ("oban", "chancy") else python
 
 
 def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
