@@ -338,6 +338,9 @@ class AsyncWorker:
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._acks: list[Job] = []  # handler returned, completion not yet written
         self._acking: set[int] = set()  # ids in _acks or in the batch being written
+        # owned jobs whose outcome is being written: a renewal refused meanwhile may only
+        # mean that the outcome committed, so the write's own result decides
+        self._writing: dict[int, Job] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._ack_ready = asyncio.Event()
@@ -452,16 +455,22 @@ class AsyncWorker:
         None when it ran out first (the jobs will run again)."""
         deadline = time.monotonic() + self.lease
         delay = 0.05
-        while True:
-            try:
-                return await write()
-            except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
-                if time.monotonic() + delay >= deadline:
-                    log.error("job.report_failed job_id=%s worker=%s error=%s",
-                              ",".join(str(j.id) for j in jobs), self.worker_id, exc)
-                    return None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        self._writing.update((j.id, j) for j in jobs)
+        try:
+            while True:
+                try:
+                    return await write()
+                except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                    if time.monotonic() + delay >= deadline:
+                        log.error("job.report_failed job_id=%s worker=%s error=%s",
+                                  ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                        return None
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+        finally:
+            for job in jobs:
+                if self._writing.get(job.id) is job:
+                    del self._writing[job.id]
 
     async def _ack_loop(self) -> None:
         """The completion batcher: write what handlers finished, up to ``BATCH_LIMIT`` a
@@ -512,7 +521,8 @@ class AsyncWorker:
                             ",".join(str(j.id) for j in jobs), exc)
                 continue
             for job, renewed in zip(jobs, results, strict=True):
-                if not renewed and self._inflight.get(job.id, (None,))[0] is job:
+                if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
+                        self._writing.get(job.id) is not job:  # not if being written
                     del self._inflight[job.id]
                     self.counters.lost += 1
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",

@@ -448,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("retry", cmd_retry, "replay a dead or cancelled job")
     p.add_argument("job_id", type=_positive)
-    p.add_argument("--extra-attempts", type=_positive, default=1)
+    p.add_argument("--extra-attempts", type=_positive, default=1,
+                   help="attempts added to those the job had left (default 1)")
 
     p = command("cancel", cmd_cancel, "cancel a ready or running job")
     p.add_argument("job_id", type=_positive)

@@ -93,7 +93,8 @@ class Backend(ABC):
 
     @abstractmethod
     def retry_dead(self, job_id: int, extra_attempts: int) -> bool:
-        """Make a dead or cancelled job ready now with ``extra_attempts`` more attempts."""
+        """Make a dead or cancelled job ready now with the attempts it had left plus
+        ``extra_attempts``."""
 
     @abstractmethod
     def cancel(self, job_id: int) -> bool:

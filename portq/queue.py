@@ -274,7 +274,8 @@ class Queue:
                                   positive_int(limit, "limit"), [str(s) for s in states], queue)
 
     def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
-        """Make a dead or cancelled job ready again with ``extra_attempts`` more attempts."""
+        """Make a dead or cancelled job ready again with the attempts it had left plus
+        ``extra_attempts``; False if it was not dead or cancelled."""
         return self.backend.retry_dead(positive_int(job_id, "job_id"),
                                        positive_int(extra_attempts, "extra_attempts"))
 

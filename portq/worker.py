@@ -383,6 +383,9 @@ class Worker:
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
+        # owned jobs whose outcome is being written: a renewal refused meanwhile may only
+        # mean that the outcome committed, so the write's own result decides
+        self._writing: dict[int, Job] = {}
         self._claiming = 0  # slots reserved by claims in progress
         self._lock = threading.Lock()
         self._tasks: Mailbox[tuple[Job, float]] = Mailbox()  # (job, monotonic claim time)
@@ -642,8 +645,8 @@ class Worker:
                 ran = time.perf_counter() - started
                 with self._lock:
                     self.lookahead.job_ran(ran)
-                    if not handed_off and self._inflight.get(job.id) is job:
-                        del self._inflight[job.id]
+                    if not handed_off:
+                        self._forget(job)
                     self._busy -= 1
                     # a slot freed (a job handed to the completion batcher still holds its
                     # slot): wake the claim loops when that makes a first free slot or a batch
@@ -653,9 +656,18 @@ class Worker:
                     self._wake.set()
         self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
 
-    def _owned(self, job: Job) -> bool:
+    def _start_writing(self, jobs: Sequence[Job]) -> list[Job]:
+        """The jobs of ``jobs`` this worker still owns, now marked as being written."""
         with self._lock:
-            return self._inflight.get(job.id) is job
+            owned = [j for j in jobs if self._inflight.get(j.id) is j]
+            self._writing.update((j.id, j) for j in owned)
+            return owned
+
+    def _forget(self, job: Job) -> None:
+        """Stop owning ``job`` (its outcome is written, or it was lost); hold the lock."""
+        for owned in (self._inflight, self._writing):
+            if owned.get(job.id) is job:
+                del owned[job.id]
 
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
@@ -679,7 +691,7 @@ class Worker:
 
     def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """Write the outcome, retrying through connection trouble until the lease ends."""
-        if not self._owned(job):
+        if not self._start_writing([job]):
             return  # released or lost meanwhile; its new owner reports
         written = self._write([job], lambda: [self.queue.fail(job, error, retry_in=retry_in)])
         if written is not None:
@@ -742,15 +754,13 @@ class Worker:
         first of a batch waiting at most ``ack_delay`` seconds (0: what finished while the
         previous batch committed); once the mailbox is closed, write what is left, stop."""
         while jobs := self._acks.get_batch(BATCH_LIMIT, self.ack_delay):
-            with self._lock:  # a job lost meanwhile (renewal refused) is not reported
-                owned = [j for j in jobs if self._inflight.get(j.id) is j]
+            owned = self._start_writing(jobs)  # one lost meanwhile is not reported
             written = self._write(owned, functools.partial(self.queue.complete_many, owned)
                                   ) if owned else None
             with self._lock:
                 for job in jobs:
                     del self._acking[job.id]
-                    if self._inflight.get(job.id) is job:
-                        del self._inflight[job.id]
+                    self._forget(job)
             if written is not None:
                 results, interrupted = written
                 for job, ok in zip(owned, results, strict=True):
@@ -769,8 +779,11 @@ class Worker:
                 continue
             for job, renewed in zip(jobs, results, strict=True):
                 if not renewed:
-                    with self._lock:
-                        lost = self._inflight.pop(job.id, None) is job
+                    with self._lock:  # not lost if its outcome is being written
+                        lost = self._inflight.get(job.id) is job and \
+                            self._writing.get(job.id) is not job
+                        if lost:
+                            del self._inflight[job.id]
                     if lost:
                         self.counters.add("lost")
                         log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "

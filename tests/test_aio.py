@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -210,3 +210,55 @@ def test_async_connection_refused_where_it_cannot_work(async_url: str, qname: st
             finally:
                 await conn.close()
     run(async_url, body)
+
+
+@pytest.mark.parametrize("taken_away", [False, True], ids=["completed", "cancelled"])
+def test_async_worker_counts_a_loss_only_when_ownership_was_lost(
+        async_url: str, queue: portq.Queue, qname: str, taken_away: bool) -> None:
+    """Each completion returns only once a renewal made after it was refused (the race
+    between the heartbeat and the job's own completion, made certain). A job completed by
+    this worker is not lost; one cancelled just before its completion is lost once."""
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+
+    async def body(q: aio.AsyncQueue) -> tuple[Any, set[int]]:
+        written: set[int] = set()
+        refused: set[int] = set()
+        complete_many, renew_many = q.complete_many, q.renew_many
+
+        async def racing_complete_many(jobs: Sequence[portq.Job | portq.Claim]) -> list[bool]:
+            ids = {job.id for job in jobs if isinstance(job, portq.Job)}
+            if taken_away:
+                for job_id in ids:
+                    assert await q.cancel(job_id)
+            results = await complete_many(jobs)
+            written.update(ids)
+            for _ in range(2000):  # at most 10 s
+                if ids & refused:
+                    break
+                await asyncio.sleep(0.005)
+            return results
+
+        async def watched_renew_many(jobs: Sequence[portq.Job | portq.Claim],
+                                     lease: float = 30.0) -> list[bool]:
+            results = await renew_many(jobs, lease=lease)  # the heartbeat's tick
+            for job, ok in zip(jobs, results, strict=True):
+                if not ok and isinstance(job, portq.Job) and job.id in written:
+                    refused.add(job.id)
+            return results
+
+        # the worker writes completions in batches and renews in one statement per tick
+        q.complete_many = racing_complete_many  # type: ignore[method-assign]
+        q.renew_many = watched_renew_many  # type: ignore[method-assign]
+
+        async def handler(job: portq.Job) -> None:
+            await asyncio.sleep(0)
+
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=2, lease=1.2, burst=True,
+                                 idle_min=0.01, idle_max=0.1)
+        return await asyncio.wait_for(worker.run(), 60), refused
+
+    counters, refused = run(async_url, body)
+    assert refused == set(ids), "the race did not happen"
+    expected = (0, 4) if taken_away else (4, 0)
+    assert (counters.succeeded, counters.lost) == expected
+    assert counts(queue, qname)["cancelled" if taken_away else "succeeded"] == 4

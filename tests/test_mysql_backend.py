@@ -328,3 +328,65 @@ def test_fenced_batch_reaches_each_job_by_its_key(queue: portq.Queue, op: str) -
         plan = [(row[2], row[3], row[5]) for row in cur.fetchall()]
     assert plan[0][0] == "c" and plan[1] == ("j", "eq_ref", "PRIMARY"), plan
     assert queue.complete_many(jobs) == [True] * 5
+
+
+# ---- migration 2: identifiers compare as bytes ----------------------------------------
+
+def test_migration_2_keeps_every_value_and_makes_identifiers_exact() -> None:
+    """A table at schema version 1 holding a running job of worker "owner", an error row
+    and a state written as 'ready ' by other code (version 1's PAD SPACE CHECK let it in)
+    is migrated to 2: values keep their bytes (trailing spaces included) except that state,
+    trimmed to what version 1 read it as; the CHECKs are still in force; "owner " is no
+    longer "owner"."""
+    from portq.sql import load_migrations
+    prefix = f"pqv{uuid.uuid4().hex[:6]}_"
+    old = MysqlBackend(parse_url(URL), prefix=prefix)
+    try:
+        (_, v1), *_ = load_migrations("mysql", prefix)
+        with old.transaction() as cur:
+            old.create_version_table(cur)
+            for statement in v1:
+                cur.execute(statement)
+            old.record_version(cur, 1)
+        q = portq.connect(URL, prefix=prefix)
+        assert q.backend.schema_version() == 1
+        job_id = q.enqueue("mail", "x", key="k ")
+        (job,) = q.claim("mail", "owner", lease=30)
+        stale_id = q.enqueue("mail", "y")
+        (stale,) = q.claim("mail", "crashed ", lease=30)
+        assert q.fail(stale, "boom", retry_in=0)
+        padded_id = q.enqueue("mail", "z", delay=3600)
+        with old.transaction() as cur:  # version 1 compares with PAD SPACE
+            cur.execute(f"SELECT COUNT(*) FROM {prefix}job WHERE worker_id = 'owner '")
+            assert cur.fetchone()[0] == 1
+            cur.execute(f"UPDATE {prefix}job SET state = 'ready ' WHERE job_id = %s",
+                        (padded_id,))
+        assert q.migrate() == 2
+        assert q.backend.latest_version() == 2
+        with old.transaction() as cur:
+            cur.execute(f"SELECT queue, state, worker_id, job_key FROM {prefix}job "
+                        f"WHERE job_id = %s", (job_id,))
+            assert cur.fetchone() == (b"mail", b"running", b"owner", b"k ")
+            cur.execute(f"SELECT worker_id FROM {prefix}job_error WHERE job_id = %s",
+                        (stale_id,))
+            assert cur.fetchone() == (b"crashed ",)
+            cur.execute(f"SELECT state FROM {prefix}job WHERE job_id = %s", (padded_id,))
+            assert cur.fetchone() == (b"ready",)
+            cur.execute(f"SELECT COUNT(*) FROM {prefix}job WHERE worker_id = 'owner '")
+            assert cur.fetchone()[0] == 0
+            for change in ("state = 'ready '", "state = 'exploded'", "queue = ''"):
+                with pytest.raises(pymysql.err.OperationalError) as info:
+                    cur.execute(f"UPDATE {prefix}job SET {change} WHERE job_id = %s",
+                                (job_id,))
+                assert old.classify(info.value) is ErrorKind.CHECK
+        assert q.job_errors(stale_id) == [(1, "crashed ", "boom")]
+        assert job.claim is not None
+        forged = portq.Claim(job.id, job.attempt, "owner ", job.claim.lease_until)
+        assert q.complete(forged) is False
+        assert q.complete(job) is True
+        (record,) = q.jobs("succeeded", queue="mail")
+        assert (record.queue, record.state, record.key) == ("mail", "succeeded", "k ")
+        q.close()
+    finally:
+        _drop(old)
+        old.close()

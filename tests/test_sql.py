@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from portq.errors import ConfigurationError
@@ -55,3 +57,19 @@ def test_bind_rejects_missing_and_empty_lists() -> None:
 def test_prefix_must_be_a_plain_identifier(prefix: str) -> None:
     with pytest.raises(ConfigurationError, match="invalid table prefix"):
         validate_prefix(prefix)
+
+
+def test_replay_budget_is_one_expression_on_every_engine() -> None:
+    """``retry_dead`` adds the extra attempts to the budget (not to the attempts spent),
+    saturating at the largest INT, in the same words on every engine: the live engines
+    check the result (conformance/test_retries.py); this holds SQL Server and Oracle,
+    which have no server here, to the same expression."""
+    budgets = {}
+    for engine in _available():
+        sql = " ".join(load_queries(engine)["retry_dead"].split())
+        found = re.search(r"max_attempts = (.*? END)", sql)
+        assert found, f"{engine}: retry_dead does not set max_attempts"
+        budgets[engine] = found.group(1)
+    assert set(budgets.values()) == {
+        "max_attempts + CASE WHEN :extra < 2147483647 - max_attempts THEN :extra "
+        "ELSE 2147483647 - max_attempts END"}, budgets

@@ -9,6 +9,10 @@
 -- portq/backends/mysql.py: the first locks ids with FOR UPDATE SKIP LOCKED, the next
 -- ones use them as :ids. migration_lock is two statements too: acquire, release.
 --
+-- queue, state, worker_id and job_key are VARBINARY (schema.sql, migration 2: compared
+-- byte by byte, trailing spaces significant); a statement that returns one converts it
+-- with CONVERT(... USING utf8mb4), so the driver hands back str, not bytes.
+--
 -- Single-table UPDATE assignments are evaluated left to right, each seeing the values
 -- assigned before it: no SET below reads a column that an earlier SET changed.
 
@@ -70,7 +74,7 @@ SET state = 'running',
     lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
 WHERE job_id IN (:ids);
 
-SELECT job_id, queue, payload, priority, attempts, max_attempts,
+SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), lease_until
 FROM portq_job
 WHERE job_id IN (:ids)
@@ -143,7 +147,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, UTC_TIMESTAMP(6));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, CONVERT(worker_id USING utf8mb4), error
+FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -164,7 +169,8 @@ SET state = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'ready' END,
     run_at = CASE WHEN attempts >= max_attempts THEN run_at
                   ELSE UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND END,
     finished_at = CASE WHEN attempts >= max_attempts THEN UTC_TIMESTAMP(6) END,
-    last_error = CONCAT('lease expired (worker ', worker_id, ', attempt ', attempts, ')'),
+    last_error = CONCAT('lease expired (worker ', CONVERT(worker_id USING utf8mb4),
+                        ', attempt ', attempts, ')'),
     worker_id = NULL, lease_until = NULL
 WHERE job_id IN (:ids) AND state = 'running';
 
@@ -179,8 +185,12 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM portq_job WHERE job_id IN (:ids);
 
 -- name: retry_dead
+-- The attempts it had left plus :extra (a job cancelled before it ran keeps its whole
+-- budget), saturating at the largest INT instead of overflowing.
 UPDATE portq_job
-SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+SET state = 'ready', finished_at = NULL,
+    max_attempts = max_attempts + CASE WHEN :extra < 2147483647 - max_attempts
+                                      THEN :extra ELSE 2147483647 - max_attempts END,
     run_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 
@@ -190,7 +200,7 @@ SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC
 WHERE job_id = :job_id AND state IN ('ready', 'running');
 
 -- name: stats
-SELECT queue,
+SELECT CONVERT(queue USING utf8mb4),
        SUM(state = 'ready' AND run_at <= n.now),
        SUM(state = 'ready' AND run_at > n.now),
        SUM(state = 'running'),
@@ -207,8 +217,9 @@ WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
 -- name: jobs
-SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at
 FROM portq_job
 WHERE state = :state AND (:queue = '*' OR queue = :queue)

@@ -59,3 +59,30 @@ CREATE TABLE IF NOT EXISTS portq_job_error (
     CONSTRAINT portq_job_error_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
         ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- migration: 2
+-- Identifiers compare exactly. utf8mb4_bin, like every PAD SPACE collation, compares
+-- 'owner' and 'owner ' as equal: a fencing check by worker id "owner " matched a job
+-- claimed by "owner", and queue "mail " was counted and claimed as "mail". Binary strings
+-- compare byte by byte, all bytes significant (the NO PAD collations that would do the
+-- same are named differently on MySQL and MariaDB; VARBINARY is the same on both). Reads
+-- convert them back with CONVERT(... USING utf8mb4) (queries.sql).
+-- Lengths are bytes now: queue names are ASCII (portq validates [A-Za-z0-9_.:-]{1,128}),
+-- so portq_job_queue_ck's CHAR_LENGTH (which counts bytes in a binary string) still means
+-- 1-128 characters; worker ids (up to 255 characters of utf8mb4, as VARCHAR(255) held)
+-- take up to 1020 bytes; states are ASCII words. The named table CHECKs stay in force
+-- (MODIFY keeps them on both engines) and every existing value keeps its bytes.
+-- A state written with trailing spaces by other code passed version 1's CHECK (PAD SPACE)
+-- and was read as that state; it is trimmed first, or the ALTER's re-check would refuse
+-- it. Queue names are left as they are: one with trailing spaces becomes its own queue
+-- (portq stats shows it; portq never writes one: names are validated).
+-- Each statement is atomic and re-runnable, so a migration cut midway runs again cleanly.
+UPDATE portq_job SET state = TRIM(TRAILING ' ' FROM state) WHERE state LIKE '% ';
+
+ALTER TABLE portq_job
+    MODIFY queue     VARBINARY(128)  NOT NULL,
+    MODIFY state     VARBINARY(16)   NOT NULL DEFAULT 'ready',
+    MODIFY worker_id VARBINARY(1020);
+
+ALTER TABLE portq_job_error
+    MODIFY worker_id VARBINARY(1020) NOT NULL;

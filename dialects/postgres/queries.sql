@@ -163,8 +163,13 @@ USING (
 WHERE j.job_id = c.job_id;
 
 -- name: retry_dead
+-- The attempts it had left plus :extra (a job cancelled before it ran keeps its whole
+-- budget), saturating at the largest INT instead of overflowing.
 UPDATE portq_job
-SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL, run_at = now()
+SET state = 'ready', finished_at = NULL,
+    max_attempts = max_attempts + CASE WHEN :extra < 2147483647 - max_attempts
+                                      THEN :extra ELSE 2147483647 - max_attempts END,
+    run_at = now()
 WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 
 -- name: cancel

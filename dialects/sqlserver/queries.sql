@@ -197,8 +197,12 @@ WITH c AS (
 DELETE FROM c;
 
 -- name: retry_dead
+-- The attempts it had left plus :extra (a job cancelled before it ran keeps its whole
+-- budget), saturating at the largest INT instead of overflowing.
 UPDATE portq_job
-SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
+SET state = N'ready', finished_at = NULL,
+    max_attempts = max_attempts + CASE WHEN :extra < 2147483647 - max_attempts
+                                      THEN :extra ELSE 2147483647 - max_attempts END,
     run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND state IN (N'dead', N'cancelled');
 

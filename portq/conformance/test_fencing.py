@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import portq
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import counts, raw_update
 from portq.job import Claim
 
 
@@ -123,3 +125,66 @@ def test_complete_many_mixed_owned_and_lost(queue: portq.Queue, qname: str) -> N
     assert queue.complete_many([x, x2]) == [False, True]
     got = counts(queue, qname)
     assert (got["succeeded"], got["running"], got["ready"]) == (3, 0, 0)
+
+
+# ---- identifiers compare exactly ---------------------------------------------------------
+# PAD SPACE collations (MySQL/MariaDB utf8mb4_bin, SQL Server's defaults) compare 'a' and
+# 'a ' as equal, and case-insensitive ones 'a' and 'A': neither may hold for a worker id
+# (the fencing token) or a queue name.
+
+@pytest.mark.parametrize("impostor", ["owner ", "owner  ", "Owner", "OWNER", "owner\t"])
+def test_a_worker_id_differing_in_trailing_space_or_case_is_another_worker(
+        queue: portq.Queue, qname: str, impostor: str) -> None:
+    queue.enqueue(qname, "x")
+    (a,) = queue.claim(qname, "owner", limit=1, lease=30)
+    assert a.claim is not None
+    forged = Claim(a.id, a.claim.generation, impostor, a.claim.lease_until)
+    assert queue.renew(forged, lease=60) is False
+    assert queue.complete(forged) is False
+    assert queue.complete_many([forged]) == [False]
+    assert queue.fail(forged, "impostor", retry_in=0) is False
+    assert queue.fail(forged, "impostor", retry_in=None) is False
+    assert queue.release(forged) is False
+    (rec,) = queue.jobs("running", queue=qname)
+    assert (rec.worker_id, rec.attempts, rec.last_error) == ("owner", 1, None)
+    assert queue.job_errors(a.id) == []
+    assert queue.complete(a) is True
+
+
+def test_a_worker_id_with_trailing_space_is_kept_exactly(queue: portq.Queue,
+                                                         qname: str) -> None:
+    queue.enqueue(qname, "x")
+    (a,) = queue.claim(qname, "owner ", limit=1, lease=30)
+    assert a.claim is not None
+    assert queue.complete(Claim(a.id, a.attempt, "owner", a.claim.lease_until)) is False
+    (rec,) = queue.jobs("running", queue=qname)
+    assert rec.worker_id == "owner "
+    assert queue.fail(a, "kept", retry_in=0) is True
+    assert queue.job_errors(a.id) == [(1, "owner ", "kept")]
+
+
+@pytest.mark.parametrize("suffix", [" ", "  "])
+def test_a_queue_differing_in_trailing_space_is_another_queue(
+        queue: portq.Queue, qname: str, suffix: str) -> None:
+    """Queue names are validated (no spaces), but a row written by other code, with the
+    name plus a trailing space, must not be claimed, counted or pruned as that queue."""
+    mine = queue.enqueue(qname, "mine")
+    other = queue.enqueue(qname, "other")
+    assert raw_update(queue, "UPDATE portq_job SET queue = :queue WHERE job_id = :job_id",
+                      {"queue": qname + suffix, "job_id": other}) is None
+    stats = {s.queue: s for s in queue.stats() if s.queue.rstrip() == qname}
+    assert set(stats) == {qname, qname + suffix}
+    assert (stats[qname].ready, stats[qname + suffix].ready) == (1, 1)
+    (only,) = queue.stats(qname)
+    assert (only.queue, only.ready) == (qname, 1)
+    assert [r.id for r in queue.jobs("ready", queue=qname)] == [mine]
+    claimed = queue.claim(qname, "w", limit=10, lease=30)
+    assert [j.id for j in claimed] == [mine] and claimed[0].queue == qname
+    assert queue.claim(qname, "w", limit=10, lease=30) == []
+    assert queue.complete(claimed[0]) is True
+    time.sleep(0.05)  # finished strictly before now
+    assert queue.prune(0, limit=10, queue=qname) == 1
+    (left,) = [s for s in queue.stats() if s.queue.rstrip() == qname]
+    assert (left.queue, left.ready, left.succeeded) == (qname + suffix, 1, 0)
+    assert raw_update(queue, "DELETE FROM portq_job WHERE job_id = :job_id",
+                      {"job_id": other}) is None

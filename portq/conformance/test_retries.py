@@ -4,9 +4,11 @@ dead; dead jobs are kept, never claimed, and can be replayed by an operator."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import portq
-from portq.conformance.helpers import counts, wait_until
+from portq.conformance.helpers import counts, raw_update, wait_until
+from portq.queue import INT32
 
 
 def test_retry_waits_for_its_delay(queue: portq.Queue, qname: str) -> None:
@@ -55,6 +57,42 @@ def test_operator_replays_dead_job(queue: portq.Queue, qname: str) -> None:
     assert queue.complete(first)
 
 
+def test_replay_keeps_the_attempts_a_job_had_left(queue: portq.Queue, qname: str) -> None:
+    """``retry_dead(extra_attempts=n)`` gives a job the attempts it had left plus ``n``:
+    a job cancelled before it ever ran keeps its whole budget; one sent dead early
+    (``Permanent``) keeps what it had not spent; one whose attempts ran out gets ``n``."""
+    def replayed(job_id: int, extra: int) -> tuple[int, int]:
+        assert queue.retry_dead(job_id, extra_attempts=extra)
+        (rec,) = [r for r in queue.jobs("ready", queue=qname, limit=100) if r.id == job_id]
+        return rec.attempts, rec.max_attempts
+
+    never_ran = queue.enqueue(qname, "cancelled before it ran", max_attempts=5)
+    assert queue.cancel(never_ran)
+    assert replayed(never_ran, 2) == (0, 7)
+    cancelled_running = queue.enqueue(qname, "cancelled while running", max_attempts=5)
+    queue.claim(qname, "w", limit=10)  # both: the replayed one is ready again
+    assert queue.cancel(cancelled_running)
+    assert replayed(cancelled_running, 1) == (1, 6)
+    dead_early = queue.enqueue(qname, "dead at its first attempt", max_attempts=5)
+    spent = queue.enqueue(qname, "attempts ran out", max_attempts=1)
+    for job in queue.claim(qname, "w", limit=10):
+        if job.id == dead_early:
+            assert queue.fail(job, "permanent", retry_in=None)
+        elif job.id == spent:
+            assert queue.fail(job, "transient", retry_in=0)
+        else:
+            assert queue.complete(job)
+    assert {r.id for r in queue.jobs("dead", queue=qname)} == {dead_early, spent}
+    assert replayed(dead_early, 1) == (1, 6)
+    assert replayed(spent, 3) == (1, 4)
+    # the budget saturates at the largest INT rather than failing with an overflow
+    huge = queue.enqueue(qname, "huge budget", max_attempts=INT32 - 1)
+    assert queue.cancel(huge)
+    assert replayed(huge, 5) == (0, INT32)
+    job = {j.id: j for j in queue.claim(qname, "w", limit=10)}[huge]
+    assert (job.attempt, job.max_attempts) == (1, INT32)
+
+
 def test_cancel(queue: portq.Queue, qname: str) -> None:
     ready = queue.enqueue(qname, "r")
     assert queue.cancel(ready)
@@ -88,7 +126,8 @@ def test_reap_returns_expired_leases_with_delay_then_dead(queue: portq.Queue,
 
 
 def _force_due(queue: portq.Queue, qname: str) -> None:
-    """Make the reaped job due now: cancel + replay keeps attempts and budget honest."""
+    """Make the reaped job due now, its attempts and budget untouched."""
     (rec,) = queue.jobs("ready", queue=qname)
-    assert queue.cancel(rec.id)
-    assert queue.retry_dead(rec.id, extra_attempts=rec.max_attempts - rec.attempts)
+    past = queue.backend.to_db_time(datetime(2000, 1, 1, tzinfo=UTC))
+    assert raw_update(queue, "UPDATE portq_job SET run_at = :run_at WHERE job_id = :job_id",
+                      {"run_at": past, "job_id": rec.id}) is None

@@ -14,6 +14,9 @@ MALFORMED = {
     "succeeded without finished_at": "state = 'succeeded'",
     "ready with finished_at": "finished_at = created_at",
     "unknown state": "state = 'exploded'",
+    # a PAD SPACE comparison (MySQL/MariaDB utf8mb4_bin, SQL Server) would let it pass
+    "state with a trailing space": "state = 'ready '",
+    "empty queue name": "queue = ''",
     "negative attempts": "attempts = -1",
     "attempts over max_attempts": "attempts = max_attempts + 1",
     "zero max_attempts": "max_attempts = 0, attempts = 0",

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,144 @@ def test_stale_owner_cannot_overwrite_the_new_owner(queue: portq.Queue, qname: s
     assert queue.job_errors(raise_id) == []  # A's late failure was not recorded
     lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
     assert len(lost) == 2 and all(f"worker={a.worker_id}" in m for m in lost)
+
+
+class RenewalRace:
+    """Makes the heartbeat's race with a job's own outcome certain: each outcome write
+    (``complete_many``, ``fail``) of ``queue`` returns only once a renewal of one of its
+    jobs, made after the write, was refused. ``before_write(jobs)`` runs first (e.g. an
+    operator cancelling them). Use as a context manager; the queue is restored after."""
+
+    PATCHED = ("complete_many", "fail", "renew", "renew_many")
+
+    def __init__(self, queue: portq.Queue,
+                 before_write: Callable[[Sequence[Job]], None] = lambda jobs: None) -> None:
+        self.queue, self.before_write = queue, before_write
+        self.written: set[tuple[int, int]] = set()  # (job id, generation)
+        self.refused: set[tuple[int, int]] = set()
+        self.timeouts = 0
+
+    def _after_write(self, jobs: Sequence[Job]) -> None:
+        tokens = {(j.id, j.attempt) for j in jobs}
+        self.written |= tokens
+        if not wait_until(lambda: bool(tokens & self.refused), timeout=10, interval=0.005):
+            self.timeouts += 1
+
+    def __enter__(self) -> RenewalRace:
+        complete_many, fail, renew, renew_many = (
+            self.queue.complete_many, self.queue.fail, self.queue.renew, self.queue.renew_many)
+
+        def racing_complete_many(jobs: Sequence[Job]) -> list[bool]:
+            self.before_write(jobs)
+            results = complete_many(jobs)
+            self._after_write(jobs)
+            return results
+
+        def racing_fail(job: Job, error: str, *, retry_in: float | None = None) -> bool:
+            self.before_write([job])
+            ok = fail(job, error, retry_in=retry_in)
+            self._after_write([job])
+            return ok
+
+        def watched_renew(job: Job, lease: float = 30.0) -> bool:
+            ok = renew(job, lease=lease)
+            if not ok and (job.id, job.attempt) in self.written:
+                self.refused.add((job.id, job.attempt))
+            return ok
+
+        def watched_renew_many(jobs: Sequence[Job], lease: float = 30.0) -> list[bool]:
+            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
+            for job, ok in zip(jobs, results, strict=True):
+                if not ok and (job.id, job.attempt) in self.written:
+                    self.refused.add((job.id, job.attempt))
+            return results
+
+        self.queue.complete_many = racing_complete_many  # type: ignore[method-assign,assignment]
+        self.queue.fail = racing_fail  # type: ignore[method-assign,assignment]
+        self.queue.renew = watched_renew  # type: ignore[method-assign,assignment]
+        self.queue.renew_many = watched_renew_many  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in self.PATCHED:
+            delattr(self.queue, name)
+
+
+PIPELINED = {"default": {}, "pipelined": {"prefetch": 4, "ack_delay": 0.0}}
+
+
+@pytest.mark.parametrize("mode", sorted(PIPELINED))
+def test_renewal_refused_after_the_jobs_own_outcome_is_not_a_loss(
+        queue: portq.Queue, qname: str, mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A renewal that arrives just after the job's own completion (or retry) committed is
+    refused: that is not a lost job. Each write here waits for such a refusal."""
+    caplog.set_level(logging.INFO, logger="portq.worker")
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(6)])
+    flaky = queue.enqueue(qname, "flaky")
+
+    def handler(job: Job) -> None:
+        if job.payload == "flaky" and job.attempt == 1:
+            raise RuntimeError("fails once")
+
+    # the retry waits 2 s: were it claimed again at once, the heartbeat would renew the
+    # new claim instead of refusing the old one
+    worker = quiet_worker(queue, qname, handler, concurrency=2, lease=1.2,
+                          backoff=Backoff("fixed", 2.0), idle_min=0.01, idle_max=0.05,
+                          **PIPELINED[mode])
+    with RenewalRace(queue) as race, running(worker):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == 7, timeout=60)
+        assert wait_until(lambda: worker.held == 0)
+    assert race.timeouts == 0 and len(race.refused) >= 2, "the race did not happen"
+    assert (worker.counters.succeeded, worker.counters.retried, worker.counters.lost) == \
+        (7, 1, 0)
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert lost == []
+    done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname)}
+    assert done == {**dict.fromkeys(ids, 1), flaky: 2}
+
+
+@pytest.mark.parametrize("mode", sorted(PIPELINED))
+def test_job_taken_away_during_its_outcome_write_is_lost_once(
+        queue: portq.Queue, qname: str, mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Cancelled by an operator just before its completion is written: the fenced write
+    is refused and so is the heartbeat's renewal meanwhile; the loss counts once."""
+    caplog.set_level(logging.INFO, logger="portq.worker")
+    job_id = queue.enqueue(qname, "x")
+    worker = quiet_worker(queue, qname, lambda job: None, lease=1.2, idle_min=0.01,
+                          idle_max=0.05, **PIPELINED[mode])
+
+    def cancel(jobs: Sequence[Job]) -> None:
+        for job in jobs:
+            assert queue.cancel(job.id)
+
+    with RenewalRace(queue, before_write=cancel) as race, running(worker):
+        assert wait_until(lambda: worker.counters.lost >= 1 and worker.held == 0,
+                          timeout=30)
+        time.sleep(1.0)  # more heartbeats: none may count it again
+    assert race.timeouts == 0 and race.refused == {(job_id, 1)}
+    assert (worker.counters.succeeded, worker.counters.lost) == (0, 1)
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert len(lost) == 1 and f"job_id={job_id} " in lost[0], lost
+    assert counts(queue, qname)["cancelled"] == 1
+
+
+def test_many_short_pipelined_jobs_with_a_short_lease_lose_none(
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The race unforced: short jobs, background acks and a 0.6 s lease (renewals every
+    0.2 s of up to 84 owned jobs) on two claim loops."""
+    caplog.set_level(logging.WARNING, logger="portq.worker")
+    total = 4000
+    for start in range(0, total, 1000):
+        queue.enqueue_many([{"queue": qname, "payload": i} for i in range(start, start + 1000)])
+    worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, prefetch=80,
+                          batch=20, claimers=2, ack_delay=0.0, lease=0.6, idle_min=0.01,
+                          idle_max=0.05, listen=False)
+    with running(worker):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == total, timeout=180)
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert worker.counters.lost == 0 and lost == [], lost[:3]
+    assert worker.counters.succeeded == total
+    queue.prune(0, limit=total, queue=qname)
 
 
 # ---- crash and shutdown (worker processes) ---------------------------------------------------
