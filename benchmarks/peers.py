@@ -1,21 +1,36 @@
 """Peer queues on the same PostgreSQL: procrastinate and pgqueuer, no-op jobs.
 
-Runs in benchmarks/.venv-peers (never a portq dependency), in its own database
-(``portq_peers``, recreated, vacuumed before each run), and prints one JSON list of
-``{"peer", "version", "workers", "jobs", "seconds", "jobs_per_s", "enqueue_jobs_per_s"}``.
+Runs in benchmarks/.venv-peers (never a portq dependency). Each peer gets a schema of its
+own (``peer_<name>``, dropped and created again for every run) in the database of the URL
+given, through its connections' search_path, so that nothing outside that schema is
+touched; it prints one JSON list of ``{"peer", "version", "workers", "jobs", "seconds",
+"jobs_per_s", "enqueue_jobs_per_s"}``.
 
-"workers" maps to each library's own notion: procrastinate ``concurrency`` (one worker,
-N concurrent job slots), pgqueuer N QueueManagers (one connection each) in one event loop,
-each with its default batch size of 10.
+Every peer gets portq's own preparation: its jobs are bulk-enqueued (1,000 a call) into a
+fresh schema, then the schema's tables are VACUUM ANALYZEd, then the workers start (this
+server runs with autovacuum off: without ANALYZE, procrastinate's fetch planned as a
+BitmapAnd plus Sort over never-analyzed tables and ran at ~127 jobs/s instead of ~700).
+
+Configurations, as each library documents its worker for throughput:
+- procrastinate: one worker with ``concurrency`` = N job slots (its documented knob for
+  parallelism), ``wait=False`` (exit once the queue is empty), ``listen_notify=False`` and
+  ``fetch_job_polling_interval=0.05`` (the queue is full for the whole run, so
+  notifications would only add work).
+- pgqueuer: N QueueManagers (one connection each) in one event loop, each with its default
+  batch size (10) and buffered acknowledgements, ``QueueExecutionMode.drain``.
+- oban (oban-py, needs Python 3.12+: benchmarks/.venv-peers312): one server-mode Oban
+  with one queue of concurrency N, the rest at its defaults; timed until every job is
+  completed (it keeps finished rows).
+- chancy (benchmarks/.venv-peers312 too): see ``chancy_run``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib.metadata
 import json
+import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -27,28 +42,40 @@ import psycopg
 PEERS_DB = "portq_peers"
 
 
-def recreate_database(url: str) -> str:
-    """Drop and create PEERS_DB on the server of ``url``; return its URL."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {PEERS_DB} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {PEERS_DB}")
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{PEERS_DB}"
+def peer_schema(peer: str) -> str:
+    return f"peer_{peer}"
 
 
-def settle(url: str) -> None:
-    """VACUUM the peers' database before a run, as portq's bench does to its own table (the
-    last run's dead rows would otherwise slow this one wherever autovacuum is off). No
-    ANALYZE: statistics taken between runs, when no job is waiting, once made procrastinate's
-    fetch take seconds per job on the next run's 10,000."""
+def recreate_schema(url: str, peer: str) -> None:
+    """Drop and create the peer's schema in the database of ``url``."""
+    schema = peer_schema(peer)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+
+
+def libpq_url(url: str, peer: str) -> str:
+    """``url`` with the peer's schema as search_path, for libpq (psycopg) connections."""
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options=-c%20search_path%3D{peer_schema(peer)}"
+
+
+def settle(url: str, peer: str) -> None:
+    """VACUUM ANALYZE the peer's tables after its bulk enqueue, as portq's bench treats
+    its own table (``portq.bench.settle``)."""
+    schema = peer_schema(peer)
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()]
+        for table in tables:
+            conn.execute(f'VACUUM ANALYZE {schema}."{table}"')
 
 
 async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     import procrastinate
 
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=libpq_url(url, "procrastinate")))
     queue = f"bench{workers}"
 
     @app.task(name="noop", queue=queue)
@@ -56,13 +83,12 @@ async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]
         return None
 
     async with app.open_async():
-        # the schema may already be there from an earlier worker count in this database
-        with contextlib.suppress(Exception):
-            await app.schema_manager.apply_schema_async()
+        await app.schema_manager.apply_schema_async()  # into the fresh peer schema
         started = time.perf_counter()
         for start in range(0, jobs, 1000):
             await noop.batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + 1000))))
         enqueue_s = time.perf_counter() - started
+        settle(url, "procrastinate")
         started = time.perf_counter()
         await app.run_worker_async(queues=[queue], concurrency=workers, wait=False,
                                    install_signal_handlers=False, listen_notify=False,
@@ -82,21 +108,22 @@ async def pgqueuer_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.types import QueueExecutionMode
 
-    setup = await asyncpg.connect(url)
+    settings = {"search_path": peer_schema("pgqueuer")}
+    setup = await asyncpg.connect(url, server_settings=settings)
     queries = Queries(AsyncpgDriver(setup))
-    with contextlib.suppress(Exception):  # already installed by an earlier worker count
-        await queries.install()
+    await queries.install()  # into the fresh peer schema
     name = f"noop{workers}"
     started = time.perf_counter()
     for start in range(0, jobs, 1000):
         n = min(jobs, start + 1000) - start
         await queries.enqueue([name] * n, [b"x"] * n, [0] * n)
     enqueue_s = time.perf_counter() - started
+    settle(url, "pgqueuer")
 
     managers = []
     conns = []
     for _ in range(workers):
-        conn = await asyncpg.connect(url)
+        conn = await asyncpg.connect(url, server_settings=settings)
         conns.append(conn)
         qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
@@ -116,6 +143,95 @@ async def pgqueuer_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     return _result("pgqueuer", workers, jobs, jobs - int(left), elapsed, enqueue_s)
 
 
+async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+    """oban-py (Python 3.12+, its own venv): one Oban instance in server mode with one
+    queue of ``workers`` concurrency (its documented knob), its tables in the peer schema
+    (``prefix``); jobs inserted with ``enqueue_many`` 1,000 at a time by a client-mode
+    instance first, then VACUUM ANALYZEd; done when every job is completed."""
+    from oban import Oban, worker
+    from oban.schema import install
+    from psycopg_pool import AsyncConnectionPool
+
+    schema = peer_schema("oban")
+    queue = f"bench{workers}"
+
+    @worker(queue=queue)
+    class Noop:
+        async def process(self, job: Any) -> None:
+            return None
+
+    async with AsyncConnectionPool(url, min_size=2, max_size=workers + 6,
+                                   open=False) as pool:
+        await install(pool, prefix=schema)
+        client = Oban(pool=pool, prefix=schema, name="bench-client")
+        started = time.perf_counter()
+        for start in range(0, jobs, 1000):
+            await client.enqueue_many([Noop.new({"n": i})
+                                       for i in range(start, min(jobs, start + 1000))])
+        enqueue_s = time.perf_counter() - started
+        settle(url, "oban")
+
+        async def completed() -> int:
+            async with pool.connection() as conn:
+                cur = await conn.execute(f"SELECT count(*) FROM {schema}.oban_jobs "
+                                         "WHERE state = 'completed'")
+                row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        server = Oban(pool=pool, prefix=schema, name="bench-server",
+                      queues={queue: workers})
+        started = time.perf_counter()
+        async with server:
+            deadline = started + 600
+            while (done := await completed()) < jobs and time.perf_counter() < deadline:
+                await asyncio.sleep(0.02)
+            elapsed = time.perf_counter() - started
+    return _result("oban", workers, jobs, done, elapsed, enqueue_s)
+
+
+async def chancy_noop(n: int) -> None:
+    """chancy's job: imported by its worker by name, so it lives at module level."""
+
+
+async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+    """chancy: one Worker; the queue declared with ``concurrency`` N, the asyncio executor
+    (the jobs are ``async def``; the default process pool is for CPU-bound jobs), and
+    ``eager_polling`` with a 1 s polling interval, which its docs recommend where jobs are
+    continuously available (the default interval is 5 s). Tables in the peer schema via the
+    search_path; done when every job has succeeded."""
+    from chancy import Chancy, Job, Queue, Worker
+
+    queue = f"bench{workers}"
+    quiet = logging.getLogger("peers.chancy")  # chancy's own default logs every job at
+    quiet.setLevel(logging.WARNING)            # INFO; the other contenders log nothing
+    async with Chancy(libpq_url(url, "chancy"), max_connection_pool_size=workers + 6,
+                      no_default_plugins=True, log=quiet) as chancy:
+        await chancy.migrate()
+        await chancy.declare(Queue(queue, concurrency=workers, executor=Chancy.Executor.Async,
+                                   polling_interval=1, eager_polling=True))
+        job = Job.from_func(chancy_noop).with_queue(queue)
+        started = time.perf_counter()
+        async for _ in chancy.push_many([job.with_kwargs(n=i) for i in range(jobs)],
+                                        batch_size=1000):
+            pass
+        enqueue_s = time.perf_counter() - started
+        settle(url, "chancy")
+
+        async def succeeded() -> int:
+            with psycopg.connect(libpq_url(url, "chancy")) as conn:
+                row = conn.execute("SELECT count(*) FROM chancy_jobs WHERE queue = %s "
+                                   "AND state = 'succeeded'", (queue,)).fetchone()
+            return int(row[0]) if row else 0
+
+        started = time.perf_counter()
+        async with Worker(chancy, register_signal_handlers=False):
+            deadline = started + 600
+            while (done := await succeeded()) < jobs and time.perf_counter() < deadline:
+                await asyncio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+    return _result("chancy", workers, jobs, done, elapsed, enqueue_s)
+
+
 def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
             enqueue_s: float) -> dict[str, Any]:
     return {"peer": peer, "version": importlib.metadata.version(peer), "workers": workers,
@@ -125,22 +241,24 @@ def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
 
 
 PEERS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
-    "procrastinate": procrastinate_run, "pgqueuer": pgqueuer_run}
+    "procrastinate": procrastinate_run, "pgqueuer": pgqueuer_run, "oban": oban_run,
+    "chancy": chancy_run}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("url", help="postgresql:// URL of the server (its database is not used)")
+    parser.add_argument("url", help="postgresql:// URL of the database that gets the peers' "
+                                    "schemas (peer_<name>, dropped and created again)")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--peer", action="append", choices=sorted(PEERS))
     args = parser.parse_args()
-    url = recreate_database(args.url)
+    url = args.url
     results = []
-    for peer in args.peer or sorted(PEERS):
+    for peer in args.peer or ["pgqueuer", "procrastinate"]:
         for workers in (int(w) for w in args.workers.split(",")):
             try:
-                settle(url)
+                recreate_schema(url, peer)
                 results.append(asyncio.run(PEERS[peer](url, args.jobs, workers)))
             except Exception as exc:  # noqa: BLE001 - report the peer as not run, go on
                 results.append({"peer": peer, "workers": workers,

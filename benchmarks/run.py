@@ -8,10 +8,11 @@
 * a raw-SQL ceiling on PostgreSQL: portq's own claim and complete statements driven by a
   minimal psycopg loop (one thread and connection per worker, no pool, no Worker), in two
   forms: one commit per completed job (`complete`), and one statement and commit for each
-  claimed batch (`complete_many`, what portq's pipelined mode writes);
-* procrastinate and pgqueuer on the same PostgreSQL, installed only into
-  benchmarks/.venv-peers by this script (never portq dependencies); matplotlib for the
-  plots lives there too.
+  claimed batch (`complete_many`, what portq's worker writes);
+* procrastinate, pgqueuer, oban and chancy on the same PostgreSQL, installed only into
+  benchmarks/.venv-peers by this script (never portq dependencies), each in a schema of
+  its own of the benchmark database, bulk-enqueued and then VACUUM ANALYZEd exactly as
+  portq's own table is before each run; matplotlib for the plots lives there too.
 
 Benchmarks measure; nothing here passes or fails on a number.
 """
@@ -48,13 +49,21 @@ PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:54
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 RAW_COMPLETES = ("complete", "complete_many")
 # (ratio key, floor, target as the report states it, short name, cell format)
-TARGETS = (("vs_procrastinate", 2.0, "portq >= 2x procrastinate at 4 workers", "procrastinate",
+TARGETS = (("vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers", "pgqueuer",
             "{}x"),
-           ("vs_pgqueuer", 1.0, "portq >= 1x pgqueuer at 4 workers", "pgqueuer", "{}x"),
-           ("vs_raw", 0.7, "portq >= 70% of its raw-SQL ceiling at 4 workers", "raw-ceiling",
-            "{:.0%}"))
-HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq default", "portq pipelined",
-                "pgqueuer")
+           ("vs_procrastinate", 2.0, "portq worker >= 2x procrastinate at 4 workers",
+            "procrastinate", "{}x"),
+           ("vs_raw", 0.85, "portq worker >= 85% of the raw `complete_many` ceiling at 4 "
+            "workers", "raw-ceiling", "{:.0%}"))
+#: the contenders of every head-to-head round, in the order they run in it
+HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq worker", "pgqueuer",
+                "procrastinate", "oban", "chancy")
+PEERS = ("pgqueuer", "procrastinate", "oban", "chancy")
+#: oban-py needs Python 3.12+: a venv of its own (chancy runs there too), made with the
+#: interpreter at PORTQ_PY312 (default: pyenv's 3.12 where it exists)
+PEERS312_VENV = ROOT / "benchmarks" / ".venv-peers312"
+PEERS312_PACKAGES = ["oban", "chancy", "psycopg[binary]", "psycopg-pool"]
+PY312 = os.environ.get("PORTQ_PY312", "/root/.pyenv/versions/3.12.1/bin/python3")
 
 
 def log(message: str) -> None:
@@ -73,6 +82,27 @@ def peers_python() -> Path:
         log(f"installing {', '.join(PEERS_PACKAGES)} into {PEERS_VENV}")
         subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS_PACKAGES], check=True)
     return python
+
+
+def peers312_python() -> Path | None:
+    """The Python 3.12 peers venv (oban), created if needed; None where no 3.12 exists."""
+    python = PEERS312_VENV / "bin" / "python"
+    if not python.exists():
+        if not Path(PY312).exists():
+            log(f"no Python 3.12 at {PY312} (set PORTQ_PY312): oban not run")
+            return None
+        subprocess.run([PY312, "-m", "venv", str(PEERS312_VENV)], check=True)
+    if subprocess.run([str(python), "-c", "import oban, chancy"],
+                      capture_output=True).returncode:
+        log(f"installing {', '.join(PEERS312_PACKAGES)} into {PEERS312_VENV}")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS312_PACKAGES],
+                       check=True)
+    return python
+
+
+def python_for(peer: str, python: Path) -> Path | None:
+    """The interpreter that runs ``peer``."""
+    return peers312_python() if peer in ("oban", "chancy") else python
 
 
 def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
@@ -140,9 +170,8 @@ def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str,
 def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[float]]:
     """The targets' contenders at 4 workers on PostgreSQL, run one after another in each of
     ``rounds`` rounds, so that every contender sees the same machine: jobs/s per round."""
-    runs: dict[str, list[float]] = {name: [] for name in HEAD_TO_HEAD}
-    if python is None:
-        del runs["pgqueuer"]
+    runs: dict[str, list[float]] = {name: [] for name in HEAD_TO_HEAD
+                                    if python is not None or name not in PEERS}
     with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         bench.drop_tables(queue.backend)
         queue.migrate()
@@ -155,9 +184,15 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
                 for mode in bench.MODES:
                     runs[f"portq {mode}"].append(
                         bench.throughput_run(queue, jobs, 4, 20, mode=mode)["jobs_per_s"])
-                if python is not None:
-                    row = run_peer(python, "pgqueuer", jobs, "4")[0]
-                    runs["pgqueuer"].append(row["jobs_per_s"])
+                for peer in PEERS if python is not None else ():
+                    interpreter = python_for(peer, python) if python is not None else None
+                    if interpreter is None:
+                        continue
+                    row = run_peer(interpreter, peer, jobs, "4")[0]
+                    if "jobs_per_s" in row:
+                        runs[peer].append(row["jobs_per_s"])
+                    else:
+                        log(f"{peer} round {n + 1} not run: {row.get('error')}")
         finally:
             bench.drop_tables(queue.backend)
     return runs
@@ -186,8 +221,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         try:
             python = peers_python()
             log("peers on postgres")
-            for peer in ("pgqueuer", "procrastinate"):
-                out["peers"] += run_peer(python, peer, args.jobs, args.workers)
+            for peer in PEERS:
+                interpreter = python_for(peer, python)
+                if interpreter is not None:
+                    out["peers"] += run_peer(interpreter, peer, args.jobs, args.workers)
         except Exception as exc:  # noqa: BLE001 - report the peers as not run, go on
             python = None
             out["notes"].append(f"peers not run: {type(exc).__name__}: {exc}")
@@ -238,44 +275,33 @@ def medians(res: dict[str, Any]) -> dict[str, float]:
 
 
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
-    """The targets of the report, for both Worker modes: the default against the raw loop
-    that commits each completion, the pipelined mode against the raw loop that completes
-    each batch in one statement. From the head-to-head medians where the run has them
-    (procrastinate, too slow for rounds, from its sweep), else from the sweeps."""
+    """The targets of the report: the Worker (its one mode) against the peers and against
+    the raw loop that completes each claimed batch in one statement, all from the
+    head-to-head medians of one run (every contender took part in every round); from the
+    sweeps only when the run had no rounds."""
     pg = res["engines"].get("postgres", {})
     tp = pg.get("throughput", [])
-    peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
-             if p.get("workers") == 4 and "jobs_per_s" in p}
     h2h = medians(res)
     if h2h:
-        portq4 = {mode: h2h.get(f"portq {mode}") for mode in bench.MODES}
-        raw4 = {"default": h2h.get("raw complete"), "pipelined": h2h.get("raw complete_many")}
-        if "pgqueuer" in h2h:
-            peers["pgqueuer"] = h2h["pgqueuer"]
+        mine, ceiling = h2h.get("portq worker"), h2h.get("raw complete_many")
+        peers = {p: h2h[p] for p in PEERS if p in h2h}
     else:
-        portq4 = {"default": max(filter(None, [rate(tp, 4, 1, mode="default"),
-                                               rate(tp, 4, 20, mode="default")]),
-                                 default=None),
-                  "pipelined": rate(tp, 4, 20, mode="pipelined")}
-        raw4 = {"default": rate(res["raw"], 4, complete="complete"),
-                "pipelined": rate(res["raw"], 4, complete="complete_many")}
+        mine, ceiling = rate(tp, 4, 20), rate(res["raw"], 4, complete="complete_many")
+        peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
+                 if p.get("workers") == 4 and "jobs_per_s" in p}
     bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
                 None)
-    out: dict[str, Any] = {"portq_4_workers": portq4, "bulk_enqueue": bulk,
+    out: dict[str, Any] = {"portq_4_workers": mine, "bulk_enqueue": bulk,
                            "from": "head-to-head medians" if h2h else "sweeps"}
-    for mode, mine in portq4.items():
-        if not mine:
-            continue
-        for peer in ("procrastinate", "pgqueuer"):
-            if peer in peers:
-                out[f"{mode}_vs_{peer}"] = round(mine / peers[peer], 2)
-        ceiling = raw4[mode]
+    if mine:
+        for peer, theirs in peers.items():
+            out[f"worker_vs_{peer}"] = round(mine / theirs, 2)
         if ceiling:
-            out[f"{mode}_vs_raw"] = round(mine / ceiling, 2)
+            out["worker_vs_raw"] = round(mine / ceiling, 2)
     return out
 
 
-def verdict(r: dict[str, Any], mode: str) -> str:
+def verdict(r: dict[str, Any], mode: str = "worker") -> str:
     """One sentence: which targets the mode met and missed in this run's ratios."""
     met, missed = [], []
     for key, floor, _, name, _ in TARGETS:
@@ -313,30 +339,26 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         lines.append(f"- not run: {note}")
     r = ratios(res)
     lines += ["## Targets (PostgreSQL, this run)", "",
-              "Two Worker modes (see Throughput): `default` claims no more jobs than it has "
-              "free handler threads and each thread waits for its completion's commit; "
-              "`pipelined` runs one claim loop per worker (`claimers`), lets each hold up to "
-              f"{bench.PIPELINE_DEPTH} claimed batches beyond the handler threads "
-              "(`prefetch`), and writes completions in the background, batched "
-              "(`ack_delay=0`). The raw ceiling of each mode is portq's SQL as that mode "
-              f"writes it. Ratios from {r['from']}.", "",
-              "| target | default | pipelined |", "|---|---|---|"]
-
-    def cells(key: str, fmt: str) -> str:
-        return " | ".join(fmt.format(r[f"{m}_{key}"]) if f"{m}_{key}" in r else "-"
-                          for m in ("default", "pipelined"))
+              "The Worker has one mode: no tuning options (it sizes its look-ahead, "
+              "completion batches and claim loops itself; docs/operations.md#worker). Its "
+              "raw ceiling is portq's claim and `complete_many` SQL in a bare psycopg loop. "
+              f"Ratios from {r['from']}: every contender ran in every round.", "",
+              "| target | this run |", "|---|---|"]
     for key, _, target, _, fmt in TARGETS:
-        lines.append(f"| {target} | {cells(key, fmt)} |")
+        value = r.get(f"worker_{key}")
+        lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} |")
     if r.get("bulk_enqueue"):
-        lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s | |")
+        lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s |")
     lines.append("")
     h2h = res.get("head_to_head", {})
     if h2h:
         rounds = max(len(v) for v in h2h.values())
         lines += ["### Head to head: 4 workers, PostgreSQL", "",
                   f"{res['jobs']:,} no-op jobs per run, {rounds} rounds; in each round the "
-                  "contenders ran one after another in this order. Batch 20 for portq and "
-                  "the raw loops; pgqueuer with its defaults.", "",
+                  "contenders ran one after another in this order, each from its own freshly "
+                  "bulk-enqueued, VACUUM ANALYZEd table. Batch 20 for portq and the raw "
+                  "loops; the peers as configured in benchmarks/peers.py (its docstring says "
+                  "how and why).", "",
                   "| contender | median jobs/s | each round |", "|---|---|---|"]
         for name, med in medians(res).items():
             lines.append(f"| {name} | {med:,.0f} | "
@@ -361,9 +383,8 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                          f"{'yes' if c['ordered_walk'] else 'NO'} | {' → '.join(c['nodes'])} |")
     lines += ["", "## Throughput: claim + complete, no-op handler", "",
               f"{res['jobs']:,} jobs per run, one run each; portq = one `portq.worker.Worker` "
-              "with N handler threads and claim batch B, in the `default` mode or "
-              f"`pipelined` (`claimers=N, prefetch={bench.PIPELINE_DEPTH}BN, "
-              "ack_delay=0`); raw = portq's claim (batch 20) and complete SQL "
+              "with N handler threads and claim batch B, no other option; raw = portq's "
+              "claim (batch 20) and complete SQL "
               "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
               "each batch's (`complete_many`); procrastinate = one worker with concurrency N; "
               "pgqueuer = N QueueManagers (default batch 10, buffered acknowledgements).", "",
@@ -388,11 +409,10 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                          f"{p['enqueue_jobs_per_s']:,.0f} |")
     lines += ["", "## Plots", ""] + [f"![{Path(i).stem}](benchmarks/{Path(i).name})"
                                       for i in images]
-    raw_share = r.get("pipelined_vs_raw")
+    raw_share = r.get("worker_vs_raw")
     lines += ["", "## What bounds throughput", "",
-              ANALYSIS.format(default_verdict=verdict(r, "default"),
-                              pipelined_verdict=verdict(r, "pipelined"),
-                              pipelined_vs_raw=f"{raw_share:.0%}" if raw_share else "an "
+              ANALYSIS.format(verdict=verdict(r),
+                              worker_vs_raw=f"{raw_share:.0%}" if raw_share else "an "
                               "unmeasured share"), ""]
     DOC.write_text("\n".join(lines), encoding="utf-8")
 
@@ -403,30 +423,18 @@ one queue that stops after 20 rows (plans above; `portq/conformance/test_claim_c
 asserts that plan shape on every engine). Table size does not enter the claim's cost;
 what varies between the rows of that table is machine noise.
 
-The `default` mode is bound by its own contract (issue #5): it never claims more jobs
-than it has free handler threads, and a handler's thread waits for its completion's
-commit before it takes the next job. At 4 workers a claim takes at most 4 jobs and a
-commit completes at most 4 (group commit via `Queue.complete_many` for completions that
-finish together), so it pays a few round trips per handful of jobs. {default_verdict}
-That bound is the price of never holding a job no thread is ready to run, and the
-reason the `pipelined` mode exists.
+{verdict} The Worker has one mode since issue 20: completions written in the
+background by completion batchers (one `complete_many` statement per batch), claims sized
+to free threads plus a look-ahead that Little's law sizes from the measured job and claim
+times (0 while jobs outlast a claim's round trip, bounded by a tenth of the lease), and up
+to 4 claim loops while there is a look-ahead. What bounds it is Python CPU per job
+(binding, dispatch, bookkeeping) under the GIL, on 2 cores it shares with PostgreSQL and
+the other contenders' leftovers: with 4 workers it ran at {worker_vs_raw} of the bare
+`complete_many` loop, which does the same SQL with none of the Worker's bookkeeping.
 
-{pipelined_verdict} What got it to these figures, each step
-measured while profiling: (1) vacuuming the job table before every run (autovacuum is off
-here; dead rows from earlier runs made `complete_many` 4x slower); (2) one claim loop per
-worker (`claimers`): a single claim loop took 2.5-3 ms per claim of 20 under load, which
-capped a worker at 7,000-8,000 jobs/s; (3) 8 batches of prefetch per claim loop (Little's
-law: the capacity must cover jobs/s times the claim-to-acknowledgement cycle; 4 batches
-measured 12,360 jobs/s against 14,250 for 8, medians of 3); (4) handing claimed batches
-and acknowledgements between threads a batch at a time (`Mailbox`) instead of one job
-per queue operation. What bounds it now is Python CPU per job (binding, dispatch,
-bookkeeping) under the GIL, on 2 cores it shares with PostgreSQL: with 4 workers the
-pipelined worker ran at {pipelined_vs_raw} of the bare `complete_many` loop, which
-does the same SQL with none of the Worker's bookkeeping. More workers do not help on
-2 cores; they add threads competing for the same CPU.
-
-MariaDB's pipelined figure is lower because its `complete_many` runs one fenced `UPDATE`
-per job inside the batch's transaction (PostgreSQL does the batch in one statement).
+MariaDB's figure is lower because each batch costs more round trips there: its claim is
+three statements (no `UPDATE ... RETURNING`), its `complete_many` two (lock the owned rows
+through JSON_TABLE, then update them), each transaction ending in a COMMIT of its own.
 procrastinate fetches one job per round trip through a stored procedure, which is why it
 is slowest. SQLite is bound by its single writer (every claim and complete takes the
 write lock), so more workers add handler concurrency, not write throughput.
@@ -455,7 +463,7 @@ ws = res["workers"]
 for line in res["throughput"]:
     kind, mode, ys = line["kind"], line["mode"], line["jobs_per_s"]
     if kind == "portq":
-        ax.plot(ws, ys, marker="o", linestyle="-" if mode == "pipelined" else "-.",
+        ax.plot(ws, ys, marker="o", linestyle="-" if line["batch"] > 1 else "-.",
                 label=f"portq {line['engine']} {mode} batch {line['batch']}")
     elif kind == "raw":
         ax.plot(ws, ys, "k--" if mode == "complete" else "k:", marker="s",

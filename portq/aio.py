@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import time
@@ -30,8 +31,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend, conflict_delay, storable_error
-from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, conflict_delay, storable_error
+from portq.errors import ConfigurationError, DatabaseError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
@@ -46,7 +47,7 @@ from portq.queue import (
 from portq.queue import connect as connect_sync
 from portq.retry import Backoff
 from portq.sql import bind
-from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
+from portq.worker import BATCH_LIMIT, Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
 #: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
@@ -207,16 +208,38 @@ class AsyncQueue:
 
     async def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
         """Extend the lease; False means the claim no longer owns the job."""
+        return (await self.renew_many([job], lease))[0]
+
+    async def renew_many(self, jobs: Sequence[Job | Claim], lease: float = 30.0) -> list[bool]:
+        """Extend several leases in one statement; one result per job, as :meth:`renew`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.renew, job, lease)
-        return await self._guarded("renew", {**self.backend.guard(_claim_of(job)),
-                                             "lease_ms": duration_ms(lease, "lease")})
+            return await asyncio.to_thread(self.queue.renew_many, jobs, lease)
+        return await self._fenced_many("renew_many", jobs,
+                                       {"lease_ms": duration_ms(lease, "lease")})
 
     async def complete(self, job: Job | Claim) -> bool:
         """Mark succeeded; False means ownership was lost and nothing was written."""
+        return (await self.complete_many([job]))[0]
+
+    async def complete_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """Complete several jobs in one statement; one result per job, as :meth:`complete`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.complete, job)
-        return await self._guarded("complete", self.backend.guard(_claim_of(job)))
+            return await asyncio.to_thread(self.queue.complete_many, jobs)
+        return await self._fenced_many("complete_many", jobs, {})
+
+    async def _fenced_many(self, op: str, jobs: Sequence[Job | Claim],
+                           params: dict[str, Any]) -> list[bool]:
+        """The async form of :meth:`SqlBackend.fenced_many` (same statements)."""
+        if not jobs:
+            return []
+        claims = [_claim_of(j) for j in jobs]
+        params = {**params, "claims": self.backend.claims_json(claims)}
+
+        async def go(cur: Any) -> set[tuple[int, int]]:
+            rows = await (await self._execute(cur, op, params)).fetchall()
+            return {(int(job_id), int(gen)) for job_id, gen in rows}
+        done = await self._run(op, go)
+        return [(c.job_id, c.generation) in done for c in claims]
 
     async def release(self, job: Job | Claim) -> bool:
         """Return an unfinished job to ready without spending its attempt."""
@@ -276,8 +299,11 @@ class AsyncWorker:
     """Runs handlers for jobs of ``queues`` as asyncio tasks (an ``async def`` handler on
     the event loop, a plain ``def`` one on a thread of its own).
 
-    At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
-    third of the lease; an empty queue is polled with growing, jittered sleeps;
+    At most ``concurrency`` handlers run at once; successes are written by a completion
+    batcher task, a batch per statement (``complete_many``), each job keeping its slot
+    until its completion has committed (as in :class:`portq.worker.Worker`); a heartbeat
+    task renews every lease in one statement at a third of the lease; an empty queue is
+    polled with growing, jittered sleeps;
     :meth:`stop` (or SIGTERM/SIGINT with ``install_signals``) stops claiming, waits up to
     ``grace`` seconds, then cancels the remaining handlers and releases their jobs.
     Handlers raise :class:`portq.Permanent` (dead now) or
@@ -287,12 +313,14 @@ class AsyncWorker:
     def __init__(self, queue: AsyncQueue, queues: Sequence[str] | str, handler: AsyncHandler,
                  *, concurrency: int = 10, lease: float = 30.0, batch: int | None = None,
                  backoff: Backoff | None = None, idle_min: float = 0.05,
-                 idle_max: float = 2.0, grace: float = 30.0, burst: bool = False,
+                 idle_max: float | None = None, grace: float = 30.0, burst: bool = False,
                  worker_id: str | None = None, install_signals: bool = False) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
         self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
+        if idle_max is None:  # it only polls (no listener): keep a new job's wait short
+            idle_max = max(idle_min, POLL_IDLE_MAX)
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.queue = queue
@@ -309,11 +337,14 @@ class AsyncWorker:
         self.install_signals = install_signals
         self.counters = WorkerCounters()
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
+        self._acks: list[Job] = []  # handler returned, completion not yet written
+        self._acking: set[int] = set()  # ids in _acks or in the batch being written
         # owned jobs whose outcome is being written: a renewal refused meanwhile may only
         # mean that the outcome committed, so the write's own result decides
         self._writing: dict[int, Job] = {}
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self._ack_ready = asyncio.Event()
 
     @property
     def inflight(self) -> int:
@@ -331,12 +362,13 @@ class AsyncWorker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
+        batcher = asyncio.create_task(self._ack_loop(), name="portq-acks")
         log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
                  self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
         try:
             await self._claim_loop()
         finally:
-            await self._shutdown()
+            await self._shutdown(batcher)
             heartbeat.cancel()
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -407,40 +439,73 @@ class AsyncWorker:
                 summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
                 await self._report(job, summary, self.backoff.delay(job.attempt))
             else:
-                await self._report(job, None, None)
+                if self._inflight.get(job.id, (None,))[0] is job:
+                    self._acking.add(job.id)  # it keeps its slot until the batch commits
+                    self._acks.append(job)
+                    self._ack_ready.set()
+                    return
         finally:
             entry = self._inflight.get(job.id)
-            if entry is not None and entry[0] is job:
+            if entry is not None and entry[0] is job and job.id not in self._acking:
                 del self._inflight[job.id]
-            if self._writing.get(job.id) is job:
-                del self._writing[job.id]
-            self._wake.set()
+                self._wake.set()
 
-    async def _report(self, job: Job, error: str | None, retry_in: float | None,
-                      dead: bool = False) -> None:
-        """Complete (``error`` None) or fail the job, retrying through connection trouble
-        while the lease lives."""
+    async def _write(self, jobs: Sequence[Job],
+                     write: Callable[[], Awaitable[list[bool]]]) -> list[bool] | None:
+        """``await write()`` retried through connection trouble while the jobs' lease lives;
+        None when it ran out first (the jobs will run again)."""
         deadline = time.monotonic() + self.lease
         delay = 0.05
+        self._writing.update((j.id, j) for j in jobs)
+        try:
+            while True:
+                try:
+                    return await write()
+                except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                    if time.monotonic() + delay >= deadline:
+                        log.error("job.report_failed job_id=%s worker=%s error=%s",
+                                  ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                        return None
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+        finally:
+            for job in jobs:
+                if self._writing.get(job.id) is job:
+                    del self._writing[job.id]
+
+    async def _ack_loop(self) -> None:
+        """The completion batcher: write what handlers finished, up to ``BATCH_LIMIT`` a
+        statement; a job lost meanwhile (renewal refused) is not written."""
         while True:
-            if self._inflight.get(job.id, (None,))[0] is not job:
-                return  # lost meanwhile: its new owner reports
-            self._writing[job.id] = job
-            try:
-                ok = (await self.queue.complete(job) if error is None else
-                      await self.queue.fail(job, error, retry_in=retry_in))
-                break
-            except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
-                if time.monotonic() + delay >= deadline:
-                    log.error("job.report_failed job_id=%d worker=%s error=%s",
-                              job.id, self.worker_id, exc)
-                    return
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            await self._ack_ready.wait()
+            self._ack_ready.clear()
+            while self._acks:
+                batch = self._acks[:BATCH_LIMIT]
+                del self._acks[:BATCH_LIMIT]
+                owned = [j for j in batch if self._inflight.get(j.id, (None,))[0] is j]
+                results = await self._write(
+                    owned, functools.partial(self.queue.complete_many, owned)) \
+                    if owned else None
+                for job in batch:
+                    self._acking.discard(job.id)
+                    if self._inflight.get(job.id, (None,))[0] is job:
+                        del self._inflight[job.id]
+                for ok in results or []:
+                    self.counters.succeeded += ok
+                    self.counters.lost += not ok
+                self._wake.set()
+
+    async def _report(self, job: Job, error: str, retry_in: float | None,
+                      dead: bool = False) -> None:
+        """Fail the job, retrying through connection trouble while the lease lives."""
+        if self._inflight.get(job.id, (None,))[0] is not job:
+            return  # lost meanwhile: its new owner reports
+        written = await self._write([job], lambda: self._fail(job, error, retry_in))
+        if written is None:
+            return
+        ok = written[0]
         if not ok:
             self.counters.lost += 1
-        elif error is None:
-            self.counters.succeeded += 1
         elif dead or retry_in is None or job.attempt >= job.max_attempts:
             self.counters.dead += 1
         else:
@@ -449,12 +514,14 @@ class AsyncWorker:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
-            for job, _task in list(self._inflight.values()):
-                try:
-                    renewed = await self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
-                    continue
+            jobs = [job for job, _task in self._inflight.values()]
+            try:  # one statement per tick, whatever the number of jobs
+                results = await self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
                         self._writing.get(job.id) is not job:  # not if being written
                     del self._inflight[job.id]
@@ -462,11 +529,19 @@ class AsyncWorker:
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
                                 job.id, self.worker_id)
 
-    async def _shutdown(self) -> None:
+    async def _fail(self, job: Job, error: str, retry_in: float | None) -> list[bool]:
+        return [await self.queue.fail(job, error, retry_in=retry_in)]
+
+    async def _shutdown(self, batcher: asyncio.Task[None]) -> None:
         self._stopping.set()
         tasks = [task for _job, task in self._inflight.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.grace)
+        while self._acking:  # write the completions still waiting, then stop the batcher
+            self._ack_ready.set()
+            await asyncio.sleep(0.01)
+        batcher.cancel()
+        await asyncio.gather(batcher, return_exceptions=True)
         leftover = list(self._inflight.values())
         self._inflight.clear()  # their reports are now skipped
         for _job, task in leftover:

@@ -10,16 +10,17 @@ Scenarios (each measures and reports; none passes or fails):
   BUFFERS)``, MariaDB ``ANALYZE FORMAT=JSON``), the plan's node types, and whether the
   plan walks the ready index in order (no Sort node, no temp B-tree, no filesort).
 * ``throughput`` — a no-op handler run by :class:`portq.worker.Worker` threads over N
-  jobs; jobs/s of claim + complete, for each worker count and claim batch size, in two
-  modes: ``default`` (one claim loop; claims never exceed free handler threads; each
-  handler's thread waits for its completion's commit) and ``pipelined`` (batches above 1
-  only: as many claim loops as workers, ``claimers=N``, each allowed
-  :data:`PIPELINE_DEPTH` claimed batches beyond the handler threads, ``prefetch``, so that
-  claims never wait for acknowledgements, and ``ack_delay=0``: completions written in the
-  background, batched). Each run starts from a settled table (:func:`settle`); with
+  jobs; jobs/s of claim + complete, for each worker count and claim batch size, with the
+  Worker as a user gets it (no tuning options: it sizes its look-ahead, completion batches
+  and claim loops itself). Each run starts from a settled table (:func:`settle`); with
   ``repeat`` every configuration runs that many times and the median run is reported.
 * ``enqueue`` — jobs/s of :meth:`Queue.enqueue` one at a time and of
   :meth:`Queue.enqueue_many` in chunks.
+* ``pickup`` (only when asked for) — an idle Worker with its default idle settings;
+  :data:`PICKUP_JOBS` single jobs enqueued :data:`PICKUP_GAP_S` apart, then a few more each
+  after a :data:`PICKUP_QUIET_S` quiet spell (when a polling worker has backed off
+  furthest): the time from ``enqueue()`` returning (committed) to the handler starting,
+  p50/p99/max, and what the idle worker costs the database (claims/s while idle).
 
 The ``portqb_`` tables are dropped afterwards.
 """
@@ -27,6 +28,7 @@ The ``portqb_`` tables are dropped afterwards.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -55,12 +57,17 @@ DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
     (1_000, None), (10_000, None), (100_000, None), (100_000, 1_000_000))
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
-MODES = ("default", "pipelined")
-#: pipelined mode: claimed batches each claim loop may hold beyond its handler threads
-PIPELINE_DEPTH = 8
+#: the Worker has one mode (the name stays in reports and ``portq bench --mode``)
+MODES = ("worker",)
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
-SCENARIOS = ("claim-latency", "throughput", "enqueue")
+SCENARIOS = ("claim-latency", "throughput", "enqueue", "pickup")
+#: what runs when no scenario is named (pickup takes ~15 s of wall time: asked for only)
+DEFAULT_SCENARIOS = ("claim-latency", "throughput", "enqueue")
+PICKUP_JOBS = 200
+PICKUP_GAP_S = 0.020
+PICKUP_QUIET_S = 3.0
+PICKUP_AFTER_QUIET = 3
 FILL_CHUNK = 100_000
 Progress = Callable[[int, int, float], None]
 
@@ -328,13 +335,10 @@ def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) ->
 
 
 def mode_options(mode: str, batch: int, workers: int) -> dict[str, Any]:
-    """The Worker options of a throughput mode (see the module docstring)."""
-    if mode == "default":
-        return {}
-    if mode == "pipelined":
-        return {"claimers": workers, "prefetch": PIPELINE_DEPTH * batch * workers,
-                "ack_delay": 0.0}
-    raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
+    """The Worker options of a throughput mode: none (the Worker has one mode)."""
+    if mode not in MODES:
+        raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
+    return {}
 
 
 def settle(backend: SqlBackend) -> None:
@@ -351,7 +355,7 @@ def settle(backend: SqlBackend) -> None:
 
 
 def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
-                   progress: Progress | None = None, mode: str = "default",
+                   progress: Progress | None = None, mode: str = "worker",
                    repeat: int = 1) -> dict[str, Any]:
     """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads,
     ``repeat`` times (each from a settled table); the median run is reported, with every
@@ -387,11 +391,9 @@ def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                batches: Sequence[int] = DEFAULT_BATCHES,
                progress: Progress | None = None,
                modes: Sequence[str] = MODES, repeat: int = 1) -> list[dict[str, Any]]:
-    """:func:`throughput_run` for every mode, batch size and worker count (``pipelined``
-    only for batches above 1)."""
+    """:func:`throughput_run` for every mode, batch size and worker count."""
     return [throughput_run(queue, jobs, w, b, progress, mode, repeat)
-            for mode in modes for b in batches if mode == "default" or b > 1
-            for w in workers]
+            for mode in modes for b in batches for w in workers]
 
 
 def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
@@ -413,6 +415,66 @@ def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
     ]
 
 
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1))]
+
+
+def pickup(queue: Queue, jobs: int = PICKUP_JOBS, gap: float = PICKUP_GAP_S,
+           quiet: float = PICKUP_QUIET_S, after_quiet: int = PICKUP_AFTER_QUIET
+           ) -> dict[str, Any]:
+    """Enqueue-commit to handler-start latency of an idle Worker (see the module docstring).
+    The Worker runs with its defaults (idle sleeps, listener), 4 handler threads and no
+    maintenance."""
+    name = f"bench-pick-{uuid.uuid4().hex[:8]}"
+    started: dict[int, float] = {}
+    arrived = threading.Condition()
+
+    def handler(job: Job) -> None:
+        with arrived:
+            started[int(job.payload)] = time.perf_counter()
+            arrived.notify_all()
+
+    worker = Worker(queue, name, handler, concurrency=4, reap_interval=None,
+                    prune_interval=None)
+    thread = threading.Thread(target=worker.run, name="portq-bench-pickup", daemon=True)
+    thread.start()
+    committed: dict[int, float] = {}
+    try:
+        time.sleep(quiet)  # idle: the worker has backed off as far as it goes
+        claims_before, idle_since = len(worker.counters.claim_seconds), time.perf_counter()
+        time.sleep(quiet)
+        idle_claims_per_s = (len(worker.counters.claim_seconds) - claims_before) / (
+            time.perf_counter() - idle_since)
+        for n in range(jobs):
+            queue.enqueue(name, n)
+            committed[n] = time.perf_counter()
+            time.sleep(gap)
+        for k in range(after_quiet):
+            time.sleep(quiet)
+            queue.enqueue(name, jobs + k)
+            committed[jobs + k] = time.perf_counter()
+        with arrived:
+            arrived.wait_for(lambda: len(started) == len(committed), timeout=60)
+    finally:
+        worker.stop()
+        thread.join(60)
+        queue.prune(0, limit=len(committed) + 1, queue=name)
+    steady = [(started[i] - committed[i]) * 1000 for i in range(jobs) if i in started]
+    after = [(started[i] - committed[i]) * 1000 for i in range(jobs, jobs + after_quiet)
+             if i in started]
+    listener = queue.backend.listener([name])
+    return {"engine": queue.backend.engine, "jobs": jobs, "gap_ms": gap * 1000,
+            "started": len(started), "idle_max_s": worker.idle_max,
+            "listener": None if listener is None else type(listener).__name__,
+            "p50_ms": round(percentile(steady, 50), 2) if steady else None,
+            "p99_ms": round(percentile(steady, 99), 2) if steady else None,
+            "max_ms": round(max(steady), 2) if steady else None,
+            "after_quiet_ms": [round(x, 1) for x in after],
+            "idle_claims_per_s": round(idle_claims_per_s, 2)}
+
+
 def machine() -> dict[str, Any]:
     """nproc, memory, Python and OS of this machine."""
     mem = None
@@ -427,7 +489,7 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform(), "portq": portq.__version__}
 
 
-def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_JOBS,
+def run(url: str, scenarios: Sequence[str] = DEFAULT_SCENARIOS, *, jobs: int = DEFAULT_JOBS,
         workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
         sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
         progress: Progress | None = None, modes: Sequence[str] = MODES,
@@ -451,6 +513,8 @@ def run(url: str, scenarios: Sequence[str] = SCENARIOS, *, jobs: int = DEFAULT_J
                                                   modes, repeat)
             if "claim-latency" in scenarios:
                 report["claim_latency"] = claim_latency(queue, sizes)
+            if "pickup" in scenarios:
+                report["pickup"] = [pickup(queue)]
         finally:
             drop_tables(backend)
     return report

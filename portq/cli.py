@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -104,7 +105,14 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
-    with _open(args) as q:
+    fixed = [f"--{name.replace('_', '-')}" for name in ("prefetch", "ack_delay", "claimers")
+             if getattr(args, name) is not None]
+    if fixed:
+        print(f"portq worker: {', '.join(fixed)}: deprecated, the worker sizes its "
+              "look-ahead, completion batches and claim loops itself (docs/operations.md"
+              "#worker); the value given still applies", file=sys.stderr)
+    with _open(args) as q, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # said once above
         q.backend.check_schema()
         worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
                         burst=args.burst, grace=args.grace, install_signals=True,
@@ -282,7 +290,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from portq import bench
     url = _url(args)
     progress = None if args.no_progress else _progress
-    report = bench.run(url, args.scenario or bench.SCENARIOS, jobs=args.jobs,
+    report = bench.run(url, args.scenario or bench.DEFAULT_SCENARIOS, jobs=args.jobs,
                        workers=args.workers, batches=args.batch, sizes=args.sizes,
                        progress=progress, modes=args.mode or bench.MODES,
                        repeat=args.repeat)
@@ -298,10 +306,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
              ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
-             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"])):
+             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"]),
+            (f"pickup: enqueue-commit to handler start, {bench.PICKUP_JOBS} jobs "
+             f"{bench.PICKUP_GAP_S * 1000:.0f} ms apart, then after {bench.PICKUP_QUIET_S:.0f} s "
+             "quiet spells", "pickup",
+             ["p50_ms", "p99_ms", "max_ms", "after_quiet_ms", "idle_max_s", "listener",
+              "idle_claims_per_s"])):
         if key in report:
             print(f"\n{title}")
-            _print_table(cols, [[_cell(", ".join(v) if isinstance(v, list) else v)
+            _print_table(cols, [[_cell(", ".join(map(str, v)) if isinstance(v, list) else v)
                                  for v in (r[c] for c in cols)] for r in report[key]])
     return 0
 
@@ -397,16 +410,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,
                    help="how long shutdown waits for running jobs before releasing them")
-    p.add_argument("--prefetch", type=_non_negative, default=0,
-                   help="jobs claimed ahead of free handler threads (default 0); they are "
-                        "leased while they wait and given back when shutdown starts")
+    p.add_argument("--prefetch", type=_non_negative, default=None,
+                   help="deprecated: fixes the look-ahead (jobs claimed beyond the handler "
+                        "threads), which the worker otherwise sizes itself")
     p.add_argument("--ack-delay", type=parse_duration, default=None,
-                   help="write completions in the background, batched, at most this long "
-                        "after the handler returns (e.g. 0s, 10ms); default: the handler's "
-                        "thread waits for its own commit")
-    p.add_argument("--claimers", type=_positive, default=1,
-                   help="claim loops, each on its own connection (default 1); more keep a "
-                        "worker of many short jobs from waiting on one claim's round trip")
+                   help="deprecated: how long a completion may wait for others of its "
+                        "batch (default 0: completions are written in the background, a "
+                        "batch at a time)")
+    p.add_argument("--claimers", type=_positive, default=None,
+                   help="deprecated: fixes the number of claim loops (default: up to 4 "
+                        "while jobs are shorter than a claim's round trip, else 1)")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once nothing is left: no job of the queues is ready and "
                         "due, none is running (another worker's too: a crashed worker's "
@@ -419,8 +432,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first retry's delay ceiling (default 1s)")
     p.add_argument("--backoff-cap", type=parse_duration, default=3600.0,
                    help="longest retry delay (default 1h)")
-    p.add_argument("--idle-max", type=parse_duration, default=2.0,
-                   help="longest sleep between polls of an empty queue (default 2s)")
+    p.add_argument("--idle-max", type=parse_duration, default=None,
+                   help="longest sleep between polls of an empty queue, what a new job may "
+                        "wait for an idle worker (default: 2s on PostgreSQL and SQLite, whose "
+                        "workers are woken by LISTEN/NOTIFY and PRAGMA data_version; 250ms "
+                        "elsewhere, at most ~7 claims/s per idle worker)")
     p.add_argument("--reap-interval", type=parse_duration, default=10.0,
                    help="how often this worker returns expired leases (0: never; default 10s)")
     p.add_argument("--reap-delay", type=parse_duration, default=1.0,
@@ -481,17 +497,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("bench", cmd_bench, "measure claim cost vs table size, throughput and "
                 "enqueue rate in portqb_ tables (dropped afterwards)")
     p.add_argument("--scenario", action="append", choices=bench.SCENARIOS,
-                   help="repeat for more (default: all)")
+                   help="repeat for more (default: all but pickup)")
     p.add_argument("--jobs", type=_positive, default=bench.DEFAULT_JOBS)
     p.add_argument("--workers", type=_int_list, default=list(bench.DEFAULT_WORKERS),
                    help="worker thread counts, e.g. 4 or 1,2,4,8 (default)")
     p.add_argument("--batch", type=_int_list, default=list(bench.DEFAULT_BATCHES),
                    help="claim batch sizes (default 1,20)")
     p.add_argument("--mode", action="append", choices=bench.MODES,
-                   help="throughput mode, repeat for more (default: both); pipelined = "
-                        "one claim loop per worker, each holding up to "
-                        f"{bench.PIPELINE_DEPTH} batches ahead, and background acks "
-                        "(ack_delay 0)")
+                   help="throughput mode: 'worker', the Worker with no tuning options "
+                        "(the default/pipelined split is gone: the one mode sizes its "
+                        "look-ahead, completion batches and claim loops itself)")
     p.add_argument("--repeat", type=_positive, default=1,
                    help="run each throughput configuration this many times and report "
                         "the median run (default 1)")

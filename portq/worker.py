@@ -11,13 +11,17 @@ stays the correctness path. SIGTERM/SIGINT (when ``install_signals``) stop claim
 up to ``grace`` seconds for running jobs, then release the rest to ready (the attempt is
 given back); a second signal exits at once.
 
-Three opt-in knobs trade a little of that simplicity for throughput on short jobs:
-``prefetch`` lets a worker hold up to ``concurrency + prefetch`` claimed jobs, the extra
-ones leased and renewed while they wait for a handler thread (released at once when
-shutdown starts); ``ack_delay`` lets a handler thread move on as soon as its job returns,
-its completion written with others in one transaction at most ``ack_delay`` seconds later;
-``claimers`` runs that many claim loops, each on its own connection, so that one claim's
-round trip no longer bounds the worker (each reserves the free slots it claims for).
+One mode, sized by what it measures. Handlers return at once: a completion batcher
+writes finished jobs in the background, a batch per statement (``Queue.complete_many``),
+while the job keeps its slot until its completion has committed. Claims are sized to the
+free capacity: the handler threads plus a look-ahead (:class:`LookAhead`) that is zero
+while jobs outlast a claim's round trip (claiming for freed threads keeps them busy) and
+grows, by Little's law, to cover a few claim round trips of jobs when jobs are shorter than
+that, never to more jobs than the handlers start in a small fraction of the lease; a job
+left unstarted longer than that fraction is given back. Several claim loops (up to
+:data:`AUTO_CLAIMERS`) share the capacity while there is a look-ahead, so that one claim's
+round trip does not bound the worker. ``prefetch``, ``ack_delay`` and ``claimers`` fix
+those sizes by hand; they are deprecated.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ import threading
 import time
 import traceback
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Generic, TypeVar
@@ -139,50 +143,68 @@ class Pacing:
         return ceiling * random.uniform(0.5, 1.0)
 
 
-class GroupCommit:
-    """Completes jobs that finish at about the same time in one transaction.
+#: the look-ahead never holds more jobs than the handlers start in this fraction of the
+#: lease, and a job left unstarted longer than it is given back
+LOOKAHEAD_LEASE_FRACTION = 0.1
+#: claim round trips of jobs the look-ahead covers when jobs are shorter than a round trip
+LOOKAHEAD_CYCLES = 8
+#: most jobs of look-ahead per claim loop
+LOOKAHEAD_PER_CLAIMER = 160
+#: claim loops a worker runs (no more than its handler threads) while it has a look-ahead
+AUTO_CLAIMERS = 4
+#: most jobs in one claim and in one batch of completions
+BATCH_LIMIT = 100
+#: claim batch when none is given: enough to amortise a round trip, never over capacity
+DEFAULT_BATCH = 20
 
-    The first handler thread to report becomes the leader and commits every completion
-    waiting at that moment in one transaction; completions that arrive meanwhile form the
-    next batch. Each caller still blocks until its own completion is committed and gets
-    its own result, so a worker's slots and ownership are exactly as with one transaction
-    per job — only the number of commits (and fsyncs) drops.
-    """
 
-    def __init__(self, queue: Queue, max_batch: int = 100) -> None:
-        self.queue = queue
-        self.max_batch = max_batch
-        self._lock = threading.Lock()
-        self._pending: list[tuple[Job, Future[bool]]] = []
-        self._leading = False
+class LookAhead:
+    """How many claimed jobs may wait for a handler thread, from what the worker measures
+    (shared by :class:`Worker` and ``portq.aio.AsyncWorker``).
 
-    def complete(self, job: Job) -> bool:
-        """Complete ``job`` (batched with others); raise what the database raised."""
-        future: Future[bool] = Future()
-        with self._lock:
-            self._pending.append((job, future))
-            lead = not self._leading
-            self._leading = True
-        if lead:
-            self._lead()
-        return future.result()
+    Little's law: to keep ``concurrency`` handlers busy, jobs must be claimed ahead for as
+    long as a claim takes to come back. When a job outlasts a claim's round trip (the
+    fastest of the recent claims, so that a loaded moment does not count as the norm), the
+    threads freed meanwhile are refilled in time and no look-ahead is needed (0: a worker
+    never holds a job no thread is ready to run). When jobs are shorter, it covers
+    :data:`LOOKAHEAD_CYCLES` round trips of jobs, but never more jobs than the handlers start
+    in ``LOOKAHEAD_LEASE_FRACTION`` of the lease, and never more than ``ceiling``. Until the
+    first job has finished nothing is known, and it is 0."""
 
-    def _lead(self) -> None:
-        while True:
-            with self._lock:
-                batch = self._pending[:self.max_batch]
-                del self._pending[:self.max_batch]
-                if not batch:
-                    self._leading = False
-                    return
-            try:
-                results = self.queue.complete_many([job for job, _ in batch])
-            except Exception as exc:  # noqa: BLE001 - each caller decides how to retry
-                for _, future in batch:
-                    future.set_exception(exc)
-            else:
-                for (_, future), ok in zip(batch, results, strict=True):
-                    future.set_result(ok)
+    def __init__(self, concurrency: int, lease: float, ceiling: int) -> None:
+        self.concurrency, self.ceiling = concurrency, ceiling
+        #: a job claimed this long ago and not started is given back
+        self.max_wait = lease * LOOKAHEAD_LEASE_FRACTION
+        self._job_s: float | None = None     # moving average of a handler's run time
+        self._cycle_s: float | None = None   # moving average of a claim's round trip
+        self._recent: deque[float] = deque(maxlen=32)  # the last claims' round trips
+
+    @staticmethod
+    def _average(old: float | None, sample: float) -> float:
+        return sample if old is None else old + 0.2 * (sample - old)
+
+    def job_ran(self, seconds: float) -> None:
+        """A handler returned after ``seconds`` (callers serialise the calls)."""
+        self._job_s = self._average(self._job_s, max(seconds, 1e-6))
+
+    def stalled(self, waited: float) -> None:
+        """Jobs claimed ahead waited ``waited`` seconds without a thread freeing up: take
+        the run time to be at least that (no look-ahead until short jobs bring it down)."""
+        self._job_s = max(self._job_s or 0.0, waited)
+
+    def claim_took(self, seconds: float) -> None:
+        """A claim came back after ``seconds``."""
+        self._cycle_s = self._average(self._cycle_s, seconds)
+        self._recent.append(seconds)
+
+    def size(self) -> int:
+        """Jobs that may wait for a handler thread now."""
+        job, cycle = self._job_s, self._cycle_s
+        if job is None or cycle is None or job >= min(self._recent):
+            return 0
+        starts_per_s = self.concurrency / job
+        return int(min(self.ceiling, starts_per_s * cycle * LOOKAHEAD_CYCLES,
+                       starts_per_s * self.max_wait))
 
 
 class Mailbox(Generic[T]):
@@ -247,6 +269,14 @@ class Mailbox(Generic[T]):
                     self._fill_to.remove(limit)
             return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
 
+    def take_while(self, predicate: Callable[[T], bool]) -> list[T]:
+        """The oldest items, for as long as ``predicate`` holds, without waiting."""
+        with self._nonempty:
+            taken = []
+            while self._items and predicate(self._items[0]):
+                taken.append(self._items.popleft())
+            return taken
+
     def drain(self) -> list[T]:
         """Everything waiting, without waiting."""
         with self._nonempty:
@@ -273,13 +303,13 @@ class Worker:
     def __init__(self, queue: Queue, queues: Sequence[str] | str, handler: Handler, *,
                  concurrency: int = 4, lease: float = 30.0, batch: int | None = None,
                  backoff: Backoff | None = None, idle_min: float = 0.05,
-                 idle_max: float = 2.0, reap_interval: float | None = 10.0,
+                 idle_max: float | None = None, reap_interval: float | None = 10.0,
                  reap_delay: float = 1.0, prune_interval: float | None = 3600.0,
                  prune_older_than: float = 7 * 86400.0, grace: float = 30.0,
                  burst: bool = False, worker_id: str | None = None,
                  install_signals: bool = False, heartbeat: bool = True,
-                 listen: bool = True, prefetch: int = 0,
-                 ack_delay: float | None = None, claimers: int = 1) -> None:
+                 listen: bool = True, prefetch: int | None = None,
+                 ack_delay: float | None = None, claimers: int | None = None) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -296,15 +326,35 @@ class Worker:
         self.concurrency = positive_int(concurrency, "concurrency")
         self.lease_ms = duration_ms(lease, "lease")
         self.lease = self.lease_ms / 1000
-        self.prefetch = positive_int(prefetch, "prefetch", allow_zero=True)
-        #: most jobs this worker owns at once: running, waiting for a thread, or for an ack
+        fixed = {k: v for k, v in (("prefetch", prefetch), ("ack_delay", ack_delay),
+                                     ("claimers", claimers)) if v is not None}
+        if fixed:
+            warnings.warn(f"Worker {', '.join(fixed)}: deprecated, the worker sizes its "
+                          "look-ahead, completion batches and claim loops itself; pass "
+                          "only concurrency and lease", DeprecationWarning, stacklevel=2)
+        #: claim loops: fixed, or up to AUTO_CLAIMERS (the others claim only while there
+        #: is a look-ahead, see LookAhead)
+        self.claimers = positive_int(claimers, "claimers") if claimers is not None else \
+            min(self.concurrency, AUTO_CLAIMERS)
+        #: False when ``prefetch`` fixes the look-ahead by hand
+        self.auto_lookahead = prefetch is None
+        self.prefetch = positive_int(prefetch, "prefetch", allow_zero=True) \
+            if prefetch is not None else LOOKAHEAD_PER_CLAIMER * self.claimers
+        #: most jobs this worker owns at once: running, waiting for a thread, or for their
+        #: completion to commit (with the automatic look-ahead, a ceiling)
         self.capacity = self.concurrency + self.prefetch
-        self.batch = positive_int(batch if batch is not None else self.capacity, "batch")
-        self.claimers = positive_int(claimers, "claimers")
+        self.batch = positive_int(batch, "batch") if batch is not None else \
+            self.capacity if not self.auto_lookahead else \
+            min(self.capacity, max(self.concurrency, DEFAULT_BATCH), BATCH_LIMIT)
         if ack_delay is not None:
             duration_ms(ack_delay, "ack_delay", allow_zero=True)
-        self.ack_delay = ack_delay
+        #: seconds the first completion of a batch may wait for others (0: a batch is
+        #: what finished while the previous one was committing)
+        self.ack_delay = ack_delay or 0.0
+        self.lookahead = LookAhead(self.concurrency, self.lease, self.prefetch)
         self.backoff = backoff or queue.backoff
+        if idle_max is None:  # the engine's: short where only polling finds new jobs
+            idle_max = max(idle_min, queue.backend.idle_max_default)
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError(f"need 0 < idle_min <= idle_max, got idle_min={idle_min!r}"
                                      f", idle_max={idle_max!r}")
@@ -326,12 +376,10 @@ class Worker:
         self.heartbeat = heartbeat
         self.listen = listen
         self.counters = WorkerCounters()
-        self._group = GroupCommit(queue)
         self.gather_seconds = 0.005
-        # a pool big enough for every handler's report plus the claim loops, heartbeat and
-        # the acknowledgement thread
-        queue.backend.pool.resize(self.concurrency + 2 +
-                                  self.claimers * (1 if ack_delay is None else 2))
+        # a pool big enough for every handler's report (failures) plus the claim loops,
+        # their completion batchers, the heartbeat and the reaper
+        queue.backend.pool.resize(self.concurrency + 2 + 2 * self.claimers)
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
@@ -340,7 +388,7 @@ class Worker:
         self._writing: dict[int, Job] = {}
         self._claiming = 0  # slots reserved by claims in progress
         self._lock = threading.Lock()
-        self._tasks: Mailbox[Job] = Mailbox()
+        self._tasks: Mailbox[tuple[Job, float]] = Mailbox()  # (job, monotonic claim time)
         self._acks: Mailbox[Job] = Mailbox()
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -359,11 +407,11 @@ class Worker:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
         self._start_threads()
-        log.info("worker.started worker=%s queues=%s concurrency=%d prefetch=%d claimers=%d "
-                 "ack_delay=%s lease=%.1fs url=%s", self.worker_id, ",".join(self.queues),
-                 self.concurrency, self.prefetch, self.claimers,
-                 "off" if self.ack_delay is None else f"{self.ack_delay:g}s", self.lease,
-                 self.queue.url)
+        log.info("worker.started worker=%s queues=%s concurrency=%d lease=%.1fs "
+                 "look_ahead=%s claim_loops=%d url=%s", self.worker_id,
+                 ",".join(self.queues), self.concurrency, self.lease,
+                 f"auto<={self.prefetch}" if self.auto_lookahead else self.prefetch,
+                 self.claimers, self.queue.url)
         try:
             self._claim_loop()
         finally:
@@ -396,7 +444,7 @@ class Worker:
     @property
     def held(self) -> int:
         """Jobs counted against ``capacity``: :attr:`busy` plus completions not yet
-        written (``ack_delay``)."""
+        written."""
         with self._lock:
             return self._busy + len(self._acking)
 
@@ -405,11 +453,18 @@ class Worker:
     def _claim_loop(self, main: bool = True) -> None:
         """Claim rounds until stopped. The ``main`` loop (run by :meth:`run`) also reaps,
         prunes and, with ``burst``, decides when the queues are drained; the others
-        (``claimers`` > 1, on their own threads) only claim."""
+        (``claimers`` > 1, on their own threads) only claim, and with the automatic
+        look-ahead only while there is one (slow jobs need no second claim loop)."""
         pacing = Pacing(self.queues, self.idle_min, self.idle_max)
         next_reap = time.monotonic() + random.uniform(0, self.reap_interval or 0)
         next_prune = time.monotonic() + random.uniform(0, self.prune_interval or 0)
         while not self._stopping.is_set():
+            if self.auto_lookahead:
+                if main:
+                    self._give_back_stale()
+                elif self.lookahead.size() == 0:
+                    self._stopping.wait(0.05)
+                    continue
             try:
                 claimed = self._claim_round(pacing)
                 now = time.monotonic()
@@ -429,8 +484,9 @@ class Worker:
                 continue
             if claimed:
                 self._gather_free_slots()
-                if self._free() <= 0:
-                    self._sleep(self.idle_max)  # woken as soon as a slot frees
+                if self._free() <= 0:  # woken as soon as a slot frees
+                    self._sleep(min(self.idle_max, self.lookahead.max_wait / 2)
+                                if self.auto_lookahead else self.idle_max)
             else:
                 self._sleep(pacing.idle_delay())
 
@@ -441,7 +497,7 @@ class Worker:
         turns = pacing.turns()
         for i, name in enumerate(turns):
             with self._lock:
-                free = self.capacity - self._busy - len(self._acking) - self._claiming
+                free = self._free_locked()
                 want = min(pacing.share(free, len(turns) - i), self.batch) if free > 0 else 0
                 self._claiming += want
             if want <= 0:
@@ -451,10 +507,18 @@ class Worker:
         pacing.finish_round(tried, claimed)
         return claimed
 
+    def _capacity_now(self) -> int:
+        """Jobs this worker may own now: its handler threads plus the look-ahead."""
+        return self.concurrency + (self.lookahead.size() if self.auto_lookahead
+                                   else self.prefetch)
+
+    def _free_locked(self) -> int:
+        """Slots neither held nor reserved by a claim in progress (``_lock`` held)."""
+        return self._capacity_now() - self._busy - len(self._acking) - self._claiming
+
     def _free(self) -> int:
-        """Slots neither held nor reserved by a claim in progress."""
         with self._lock:
-            return self.capacity - self._busy - len(self._acking) - self._claiming
+            return self._free_locked()
 
     def _idle(self) -> bool:
         """Nothing held and no claim in progress."""
@@ -465,7 +529,7 @@ class Worker:
         """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
         that short jobs are claimed in batches rather than one claim transaction per
         finished job. Never more jobs than free slots are claimed."""
-        want = max(1, min(self.batch, self.capacity))
+        want = max(1, min(self.batch, self._capacity_now()))
         deadline = time.monotonic() + self.gather_seconds
         while not self._stopping.is_set() and self._free() < want and not self._idle():
             left = deadline - time.monotonic()
@@ -491,8 +555,11 @@ class Worker:
             with self._lock:
                 self._claiming -= want
             raise
-        self.counters.record_claim(time.perf_counter() - started)
+        took = time.perf_counter() - started
+        self.counters.record_claim(took)
+        claimed_at = time.monotonic()
         with self._lock:
+            self.lookahead.claim_took(took)
             self._claiming -= want
             for job in jobs:
                 self._inflight[job.id] = job
@@ -502,8 +569,20 @@ class Worker:
             for job in jobs:
                 log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
                          job.id, job.queue, job.attempt, self.worker_id)
-        self._tasks.put_many(jobs)
+        self._tasks.put_many((job, claimed_at) for job in jobs)
         return len(jobs)
+
+    def _give_back_stale(self) -> None:
+        """Give back the jobs claimed ahead that no handler thread has started within the
+        look-ahead's bound (a fraction of the lease), e.g. behind jobs that became slow;
+        their attempt is given back and another worker may take them at once."""
+        cutoff = time.monotonic() - self.lookahead.max_wait
+        stale = [job for job, _ in self._tasks.take_while(lambda item: item[1] < cutoff)]
+        if stale:
+            with self._lock:
+                self.lookahead.stalled(self.lookahead.max_wait)
+            self._disown(stale)
+            self._release(stale, "not started within the look-ahead bound")
 
     def _drained(self) -> bool:
         """The ``burst`` exit test: no job of the queues is ready and due or running
@@ -538,9 +617,9 @@ class Worker:
             self._claim_threads.append(
                 self._spawn(functools.partial(self._claim_loop, main=False),
                             f"portq-claim-{n}"))
-        if self.ack_delay is not None:  # one writer per claim loop keeps up with it
-            self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{n}")
-                                 for n in range(self.claimers)]
+        # one completion batcher per claim loop keeps up with it
+        self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{n}")
+                             for n in range(self.claimers)]
         if self.heartbeat:
             self._spawn(self._heartbeat, "portq-heartbeat")
         if self.listen:
@@ -555,19 +634,24 @@ class Worker:
         return t
 
     def _run_tasks(self) -> None:
-        while (job := self._tasks.get()) is not None:
+        """A handler thread (the executor): run jobs from the claim loops' mailbox."""
+        while (item := self._tasks.get()) is not None:
+            job = item[0]
             handed_off = False
+            started = time.perf_counter()
             try:
                 handed_off = self._execute(job)
             finally:
+                ran = time.perf_counter() - started
                 with self._lock:
+                    self.lookahead.job_ran(ran)
                     if not handed_off:
                         self._forget(job)
                     self._busy -= 1
-                    # a slot freed (a job handed to the ack threads still holds its slot):
-                    # wake the claim loops when that makes a first free slot or a batch
-                    free = self.capacity - self._busy - len(self._acking) - self._claiming
-                    wake = not handed_off and free in (1, min(self.batch, self.capacity))
+                    # a slot freed (a job handed to the completion batcher still holds its
+                    # slot): wake the claim loops when that makes a first free slot or a batch
+                    free = self._free_locked()
+                    wake = not handed_off and free in (1, min(self.batch, self._capacity_now()))
                 if wake:
                     self._wake.set()
         self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
@@ -597,9 +681,6 @@ class Worker:
             summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
             self._report(job, "retry", summary, self.backoff.delay(job.attempt))
         else:
-            if self.ack_delay is None:
-                self._report(job, "succeeded", "", None)
-                return False
             with self._lock:
                 if self._inflight.get(job.id) is not job:
                     return False  # released or lost meanwhile; its new owner reports
@@ -612,11 +693,7 @@ class Worker:
         """Write the outcome, retrying through connection trouble until the lease ends."""
         if not self._start_writing([job]):
             return  # released or lost meanwhile; its new owner reports
-        if outcome == "succeeded":
-            written = self._write([job], lambda: [self._group.complete(job)])
-        else:
-            written = self._write([job], lambda: [self.queue.fail(job, error,
-                                                                  retry_in=retry_in)])
+        written = self._write([job], lambda: [self.queue.fail(job, error, retry_in=retry_in)])
         if written is not None:
             self._record(job, outcome, written[0][0], written[1], error, retry_in)
 
@@ -672,11 +749,11 @@ class Worker:
                      error.strip().splitlines()[-1] if error.strip() else "")
 
     def _ack_loop(self) -> None:
-        """With ``ack_delay``: write the completions handed over by handler threads, each
-        batch (up to ``GroupCommit.max_batch``) in one transaction, the first of a batch
-        waiting at most ``ack_delay`` seconds; once the mailbox is closed, write what is
-        left and stop."""
-        while jobs := self._acks.get_batch(self._group.max_batch, self.ack_delay or 0.0):
+        """The completion batcher: write the completions handed over by handler threads,
+        each batch (up to ``BATCH_LIMIT``) in one statement (``Queue.complete_many``), the
+        first of a batch waiting at most ``ack_delay`` seconds (0: what finished while the
+        previous batch committed); once the mailbox is closed, write what is left, stop."""
+        while jobs := self._acks.get_batch(BATCH_LIMIT, self.ack_delay):
             owned = self._start_writing(jobs)  # one lost meanwhile is not reported
             written = self._write(owned, functools.partial(self.queue.complete_many, owned)
                                   ) if owned else None
@@ -694,13 +771,13 @@ class Worker:
         while not self._done.wait(self.lease / 3):
             with self._lock:
                 jobs = list(self._inflight.values())
-            for job in jobs:
-                try:
-                    renewed = self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d worker=%s error=%s",
-                                job.id, self.worker_id, exc)
-                    continue
+            try:  # one statement per tick, whatever the number of jobs
+                results = self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s worker=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed:
                     with self._lock:  # not lost if its outcome is being written
                         lost = self._inflight.get(job.id) is job and \
@@ -759,14 +836,19 @@ class Worker:
             return len(self._inflight) - len(self._acking)
 
     def _unstarted(self) -> list[Job]:
-        """Take the prefetched jobs no handler thread has started, no longer owning them."""
-        jobs = self._tasks.drain()
+        """Take the jobs claimed ahead that no handler thread has started, no longer
+        owning them."""
+        jobs = [job for job, _ in self._tasks.drain()]
+        self._disown(jobs)
+        return jobs
+
+    def _disown(self, jobs: Sequence[Job]) -> None:
+        """Forget unstarted ``jobs`` taken out of the mailbox (they are to be released)."""
         with self._lock:
             for job in jobs:
                 if self._inflight.get(job.id) is job:
                     del self._inflight[job.id]
                 self._busy -= 1
-        return jobs
 
     def _release(self, jobs: Sequence[Job], why: str) -> None:
         """Give ``jobs`` back to ready (the attempt is given back too)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -223,28 +223,32 @@ def test_async_worker_counts_a_loss_only_when_ownership_was_lost(
     async def body(q: aio.AsyncQueue) -> tuple[Any, set[int]]:
         written: set[int] = set()
         refused: set[int] = set()
-        complete, renew = q.complete, q.renew
+        complete_many, renew_many = q.complete_many, q.renew_many
 
-        async def racing_complete(job: portq.Job | portq.Claim) -> bool:
-            assert isinstance(job, portq.Job)
+        async def racing_complete_many(jobs: Sequence[portq.Job | portq.Claim]) -> list[bool]:
+            ids = {job.id for job in jobs if isinstance(job, portq.Job)}
             if taken_away:
-                assert await q.cancel(job.id)
-            ok = await complete(job)
-            written.add(job.id)
+                for job_id in ids:
+                    assert await q.cancel(job_id)
+            results = await complete_many(jobs)
+            written.update(ids)
             for _ in range(2000):  # at most 10 s
-                if job.id in refused:
+                if ids & refused:
                     break
                 await asyncio.sleep(0.005)
-            return ok
+            return results
 
-        async def watched_renew(job: portq.Job | portq.Claim, lease: float = 30.0) -> bool:
-            ok = await renew(job, lease=lease)
-            if not ok and isinstance(job, portq.Job) and job.id in written:
-                refused.add(job.id)
-            return ok
+        async def watched_renew_many(jobs: Sequence[portq.Job | portq.Claim],
+                                     lease: float = 30.0) -> list[bool]:
+            results = await renew_many(jobs, lease=lease)  # the heartbeat's tick
+            for job, ok in zip(jobs, results, strict=True):
+                if not ok and isinstance(job, portq.Job) and job.id in written:
+                    refused.add(job.id)
+            return results
 
-        q.complete = racing_complete  # type: ignore[method-assign]
-        q.renew = watched_renew  # type: ignore[method-assign]
+        # the worker writes completions in batches and renews in one statement per tick
+        q.complete_many = racing_complete_many  # type: ignore[method-assign]
+        q.renew_many = watched_renew_many  # type: ignore[method-assign]
 
         async def handler(job: portq.Job) -> None:
             await asyncio.sleep(0)

@@ -168,3 +168,19 @@ def test_worker_runs_an_async_handler_once(engine_url: str, queue: Any, qname: s
     assert done == {**dict.fromkeys(ids, 1), flaky: 2}
     summary = json.loads(proc.stderr.strip().splitlines()[-1])
     assert (summary["succeeded"], summary["retried"]) == (6, 1)
+
+
+def test_worker_tuning_flags_are_deprecated_with_one_line(tmp_path: Path) -> None:
+    """The worker has one mode: --prefetch/--ack-delay/--claimers still apply but say, once,
+    that they are deprecated; without them nothing is said."""
+    url = f"sqlite:///{tmp_path}/dep.db"
+    run_portq("migrate", url)
+    run_portq("enqueue", url, "--queue", "q", "--payload", "1")
+    plain = run_portq("worker", url, "--queue", "q", "--handler", "json:dumps", "--burst")
+    assert "deprecated" not in plain.stderr
+    run_portq("enqueue", url, "--queue", "q", "--payload", "2")
+    tuned = run_portq("worker", url, "--queue", "q", "--handler", "json:dumps", "--burst",
+                      "--prefetch", "4", "--claimers", "2")
+    lines = [line for line in tuned.stderr.splitlines() if "deprecated" in line]
+    assert len(lines) == 1 and "--prefetch, --claimers" in lines[0], tuned.stderr
+    assert "DeprecationWarning" not in tuned.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portq.worker import Pacing
+from portq.worker import LOOKAHEAD_CYCLES, LOOKAHEAD_LEASE_FRACTION, LookAhead, Pacing
 
 
 def test_round_robin_and_a_missed_turn_is_kept() -> None:
@@ -28,3 +28,51 @@ def test_idle_and_error_delays_grow_to_their_caps_and_reset() -> None:
     assert p.idle_delay() <= 0.1  # a claim resets the backoff
     errors = [p.error_delay() for _ in range(20)]
     assert all(0 < d <= 5.0 for d in errors) and max(errors[-3:]) >= 2.5
+
+
+def test_look_ahead_is_zero_until_measured_and_while_jobs_outlast_a_claim() -> None:
+    look = LookAhead(concurrency=4, lease=30.0, ceiling=640)
+    assert look.size() == 0  # nothing known yet: claim no more than free threads
+    look.claim_took(0.002)
+    assert look.size() == 0
+    look.job_ran(0.050)      # a job outlasts a claim's round trip: refilling freed
+    assert look.size() == 0  # threads keeps them busy, nothing is claimed ahead
+
+
+def test_look_ahead_covers_claim_round_trips_of_short_jobs_within_its_bounds() -> None:
+    look = LookAhead(concurrency=4, lease=30.0, ceiling=10_000)
+    look.claim_took(0.004)
+    look.job_ran(0.001)      # 4,000 starts/s x 4 ms x LOOKAHEAD_CYCLES round trips
+    assert look.size() == int(4 / 0.001 * 0.004 * LOOKAHEAD_CYCLES)
+    capped = LookAhead(concurrency=4, lease=30.0, ceiling=100)
+    capped.claim_took(0.004)
+    capped.job_ran(0.001)
+    assert capped.size() == 100
+    # never more jobs than the handlers start in LOOKAHEAD_LEASE_FRACTION of the lease
+    short = LookAhead(concurrency=4, lease=0.01, ceiling=10_000)
+    short.claim_took(0.004)
+    short.job_ran(0.001)
+    assert short.max_wait == 0.01 * LOOKAHEAD_LEASE_FRACTION
+    assert short.size() == int(4 / 0.001 * short.max_wait)
+
+
+def test_look_ahead_follows_jobs_that_become_slow() -> None:
+    look = LookAhead(concurrency=2, lease=30.0, ceiling=500)
+    look.claim_took(0.003)
+    for _ in range(5):
+        look.job_ran(0.0001)
+    assert look.size() > 0
+    for _ in range(30):      # the moving average moves to the new run time
+        look.job_ran(0.5)
+    assert look.size() == 0
+
+
+def test_look_ahead_judges_job_length_by_the_fastest_recent_claim() -> None:
+    """A loaded moment (slow claims) does not make 50 ms jobs look short: the job is
+    compared with the fastest of the recent claims, so nothing is claimed ahead."""
+    look = LookAhead(concurrency=3, lease=30.0, ceiling=640)
+    look.job_ran(0.050)
+    look.claim_took(0.002)
+    for _ in range(10):
+        look.claim_took(0.200)  # the machine is loaded: claims take 200 ms for a while
+    assert look.size() == 0

@@ -218,7 +218,7 @@ class RenewalRace:
     jobs, made after the write, was refused. ``before_write(jobs)`` runs first (e.g. an
     operator cancelling them). Use as a context manager; the queue is restored after."""
 
-    PATCHED = ("complete_many", "fail", "renew")
+    PATCHED = ("complete_many", "fail", "renew", "renew_many")
 
     def __init__(self, queue: portq.Queue,
                  before_write: Callable[[Sequence[Job]], None] = lambda jobs: None) -> None:
@@ -234,8 +234,8 @@ class RenewalRace:
             self.timeouts += 1
 
     def __enter__(self) -> RenewalRace:
-        complete_many, fail, renew = (self.queue.complete_many, self.queue.fail,
-                                      self.queue.renew)
+        complete_many, fail, renew, renew_many = (
+            self.queue.complete_many, self.queue.fail, self.queue.renew, self.queue.renew_many)
 
         def racing_complete_many(jobs: Sequence[Job]) -> list[bool]:
             self.before_write(jobs)
@@ -255,9 +255,17 @@ class RenewalRace:
                 self.refused.add((job.id, job.attempt))
             return ok
 
+        def watched_renew_many(jobs: Sequence[Job], lease: float = 30.0) -> list[bool]:
+            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
+            for job, ok in zip(jobs, results, strict=True):
+                if not ok and (job.id, job.attempt) in self.written:
+                    self.refused.add((job.id, job.attempt))
+            return results
+
         self.queue.complete_many = racing_complete_many  # type: ignore[method-assign,assignment]
         self.queue.fail = racing_fail  # type: ignore[method-assign,assignment]
         self.queue.renew = watched_renew  # type: ignore[method-assign,assignment]
+        self.queue.renew_many = watched_renew_many  # type: ignore[method-assign,assignment]
         return self
 
     def __exit__(self, *exc: object) -> None:
