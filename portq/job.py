@@ -75,6 +75,15 @@ class JobRecord:
 
 
 @dataclass(frozen=True)
+class EnqueueResult:
+    """What an enqueue did: ``created`` is False when the job's key already named a job,
+    whose id ``id`` then is (nothing was inserted)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
 class JobError:
     """One failed attempt of a job, as recorded when it failed."""
 

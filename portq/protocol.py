@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, Job, JobError, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
 from portq.url import DatabaseURL
 
 
@@ -43,12 +43,17 @@ class Backend(ABC):
     def schema_version(self) -> int:
         """The recorded schema version (0 when the schema does not exist)."""
 
-    @abstractmethod
     def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+        """The ids of :meth:`enqueue_results`, one per job."""
+        return [result.id for result in self.enqueue_results(jobs, conn)]
+
+    @abstractmethod
+    def enqueue_results(self, jobs: Sequence[NewJob],
+                        conn: Any | None = None) -> list[EnqueueResult]:
         """Insert jobs; with ``conn``, inside the caller's open transaction, never committing.
 
-        A job whose ``key`` already exists is not inserted again; its existing id is
-        returned, and the caller's transaction stays usable.
+        A job whose ``key`` already exists is not inserted again: its result holds the
+        existing id and ``created=False``, and the caller's transaction stays usable.
         """
 
     @abstractmethod

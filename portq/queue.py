@@ -17,6 +17,7 @@ from portq.job import (
     ACTIVE_STATES,
     ALL_STATES,
     Claim,
+    EnqueueResult,
     Job,
     JobError,
     JobRecord,
@@ -138,9 +139,19 @@ class Queue:
         ``Connection``/``Session``), the row is written in the caller's open transaction
         and becomes visible only if the caller commits. Without it, portq commits.
         """
+        return self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
+                                   delay=delay, max_attempts=max_attempts, key=key,
+                                   conn=conn).id
+
+    def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
+                       run_at: datetime | None = None, delay: float | None = None,
+                       max_attempts: int | None = None, key: str | None = None,
+                       conn: Any = None) -> EnqueueResult:
+        """:meth:`enqueue`, saying also whether a job was created (False: ``key`` already
+        named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
                            max_attempts=max_attempts, key=key)
-        return self.backend.enqueue([job], conn=self._dbapi(conn))[0]
+        return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's); each mapping holds

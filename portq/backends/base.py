@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
-from portq.job import Claim, Job, JobError, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -279,7 +279,8 @@ class SqlBackend(Backend):
     def accepts_connection(self, conn: Any) -> bool:
         return type(conn).__module__.split(".")[0] == self.driver_module
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+    def enqueue_results(self, jobs: Sequence[NewJob],
+                        conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
             return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
         cur = conn.cursor()
@@ -288,15 +289,16 @@ class SqlBackend(Backend):
         finally:
             close_quietly(cur)
 
-    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
-        ids = []
+        results = []
         for job in jobs:
             params = self.job_params(job)
-            job_id = self.insert_job(cur, params)
-            ids.append(self.job_id_of_key(cur, job.key) if job_id is None else job_id)
+            result = self.insert_job(cur, params)
+            results.append(EnqueueResult(self.job_id_of_key(cur, job.key), False)
+                           if result is None else result)
         self.announce(cur, sorted({job.queue for job in jobs}))
-        return ids
+        return results
 
     def job_id_of_key(self, cur: Any, key: str | None) -> int:
         """The id of the job holding ``key`` (after an insert conflicted on it)."""
@@ -321,10 +323,11 @@ class SqlBackend(Backend):
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
         }
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        """Insert one job; return its id, or None when its key already exists."""
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
+        """Insert one job; return what happened, or None when its key already exists (the
+        caller then looks the existing id up)."""
         row = self.execute(cur, "insert_job", params).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else EnqueueResult(int(row[0]), True)
 
     # ---- claim and fencing --------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
+from portq.job import EnqueueResult
 from portq.sql import split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
@@ -87,11 +88,19 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id
-        # of the inserted row or of the existing one (read under its row lock).
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult:
+        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id of
+        # the inserted row or of the existing one (read under its row lock). Affected rows
+        # are 1 for a new row and 0 for the key's existing row, left as it was. A
+        # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
+        # so there the key is looked up first; a job of that key committed in between (or
+        # after a caller's snapshot) is then reported as created, with the right id.
+        found_rows = bool(getattr(cur.connection, "client_flag", 0) & CLIENT.FOUND_ROWS)
+        existed = found_rows and params.get("key") is not None and \
+            self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)
-        return int(cur.lastrowid) if cur.lastrowid else None
+        created = not existed if found_rows else cur.rowcount == 1
+        return EnqueueResult(int(cur.lastrowid), created)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         lock, update, read = self.steps["claim"]

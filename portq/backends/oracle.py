@@ -22,6 +22,7 @@ import oracledb
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError
+from portq.job import EnqueueResult
 from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
@@ -127,7 +128,7 @@ class OracleBackend(SqlBackend):
 
     # ---- enqueue ------------------------------------------------------------------------
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
         out = cur.var(int)
         cur.setinputsizes(run_at=oracledb.DB_TYPE_TIMESTAMP)
         try:
@@ -140,7 +141,7 @@ class OracleBackend(SqlBackend):
         value = out.getvalue()
         if isinstance(value, list):     # DML RETURNING yields one value per row
             value = value[0]
-        return int(value)
+        return EnqueueResult(int(value), True)
 
     # ---- claim, reap, prune: lock n ids with a cursor, then act on them ------------------
 
