@@ -32,7 +32,7 @@ from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, Job, JobRecord, QueueStats, error_line
 from portq.protocol import NewJob
 from portq.queue import (
     Queue,
@@ -329,8 +329,10 @@ class AsyncWorker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
-        log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
-                 self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
+        log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
+                 "lease=%gs prefetch=0 (asyncio)", self.worker_id,
+                 self.queue.queue.backend.engine, self.queue.url, ",".join(self.queues),
+                 self.concurrency, self.lease)
         try:
             await self._claim_loop()
         finally:
@@ -379,11 +381,11 @@ class AsyncWorker:
         started = time.perf_counter()
         jobs = await self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
                                       lease=self.lease)
-        self.counters.record_claim(time.perf_counter() - started)
+        self.counters.record_claim(time.perf_counter() - started, name)
         for job in jobs:
             task = asyncio.create_task(self._execute(job), name=f"portq-job-{job.id}")
             self._inflight[job.id] = (job, task)
-        self.counters.claimed += len(jobs)
+        self.counters.add("claimed", len(jobs), name)
         return len(jobs)
 
     async def _drained(self) -> bool:
@@ -433,13 +435,19 @@ class AsyncWorker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         if not ok:
-            self.counters.lost += 1
+            self.counters.add("lost", queue=job.queue)
         elif error is None:
-            self.counters.succeeded += 1
+            self.counters.add("succeeded", queue=job.queue)
         elif dead or retry_in is None or job.attempt >= job.max_attempts:
-            self.counters.dead += 1
+            self.counters.add("dead", queue=job.queue)
+            log.warning("job.dead job_id=%d queue=%s attempt=%d/%d worker=%s error=%s",
+                        job.id, job.queue, job.attempt, job.max_attempts, self.worker_id,
+                        error_line(error))
         else:
-            self.counters.retried += 1
+            self.counters.add("retried", queue=job.queue)
+            log.info("job.retry job_id=%d queue=%s attempt=%d/%d worker=%s in=%.2fs error=%s",
+                     job.id, job.queue, job.attempt, job.max_attempts, self.worker_id,
+                     retry_in, error_line(error))
 
     async def _heartbeat(self) -> None:
         while True:
@@ -452,7 +460,7 @@ class AsyncWorker:
                     continue
                 if not renewed and self._inflight.get(job.id, (None,))[0] is job:
                     del self._inflight[job.id]
-                    self.counters.lost += 1
+                    self.counters.add("lost", queue=job.queue)
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
                                 job.id, self.worker_id)
 
@@ -469,6 +477,6 @@ class AsyncWorker:
         for job, _task in leftover:
             try:
                 if await self.queue.release(job):
-                    self.counters.released += 1
+                    self.counters.add("released", queue=job.queue)
             except Exception as exc:  # noqa: BLE001 - its lease will expire instead
                 log.error("job.release_failed job_id=%d error=%s", job.id, exc)

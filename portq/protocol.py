@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
+from portq.job import (
+    Claim,
+    EnqueueResult,
+    Job,
+    JobError,
+    JobRecord,
+    QueueStats,
+    ServerInfo,
+)
 from portq.url import DatabaseURL
 
 
@@ -128,6 +136,16 @@ class Backend(ABC):
     @abstractmethod
     def error_history(self, job_id: int) -> list[JobError]:
         """Every recorded failed attempt of a job, in attempt order."""
+
+    @abstractmethod
+    def server_info(self) -> ServerInfo:
+        """Engine, server version, driver and the isolation level of portq's transactions;
+        also the cheapest check that the database answers."""
+
+    @abstractmethod
+    def drop_schema(self) -> list[str]:
+        """Drop every table of this prefix (``portq conformance`` cleans up its own);
+        return the names of the tables that were there."""
 
     @abstractmethod
     def close(self) -> None:

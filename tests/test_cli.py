@@ -25,13 +25,14 @@ def test_enqueue_worker_stats_round_trip(engine_url: str, qname: str, tmp_path: 
     env = {"PORTQ_URL": engine_url, "PORTQ_TEST_OUT": str(out)}
     prefix = ["--prefix", "portqt_"]
     run_portq("migrate", *prefix, env=env)
-    first = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
-                          "--key", qname + "-a", env=env).stdout)
-    again = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
-                          "--key", qname + "-a", env=env).stdout)
-    second = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
-                           "--priority", "5", env=env).stdout)
-    later = int(run_portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
+
+    def enqueue(*args: str) -> int:
+        return int(json.loads(run_portq("enqueue", *prefix, "--queue", qname, "--json", *args,
+                                        env=env).stdout)["id"])
+    first = enqueue("--payload", '{"n": 1}', "--key", qname + "-a")
+    again = enqueue("--payload", '{"n": 2}', "--key", qname + "-a")
+    second = enqueue("--payload", "[1, 2]", "--priority", "5")
+    later = enqueue("--delay", "1h")
     assert first == again and len({first, second, later}) == 3
     run_portq("worker", *prefix, "--queue", qname, "--handler", "cli_handlers:handle", "--burst",
               "--concurrency", "2", env=env, cwd=tmp_path)
@@ -54,11 +55,13 @@ def test_url_is_required_and_errors_are_clear(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--payload is not valid JSON" in proc.stderr
 
 
-@pytest.mark.parametrize("text", ["90", "30s", "15m", "2h", "7d", "250ms"])
+@pytest.mark.parametrize("text", ["30s", "15m", "2h", "7d", "250ms", "1w", "1.5s"])
 def test_durations(text: str) -> None:
-    from portq.cli import parse_duration
-    seconds = {"90": 90, "30s": 30, "15m": 900, "2h": 7200, "7d": 604800, "250ms": 0.25}[text]
+    from portq.cli import format_duration, parse_duration
+    seconds = {"30s": 30, "15m": 900, "2h": 7200, "7d": 604800, "250ms": 0.25, "1w": 604800,
+               "1.5s": 1.5}[text]
     assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
 
 
 def test_demo_on_sqlite(tmp_path: Path) -> None:
@@ -85,15 +88,18 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     assert str(dead_id) in run_portq("jobs", *prefix, "--queue", qname, env=env).stdout
 
     assert run_portq("retry", *prefix, str(dead_id), "--extra-attempts", "2", env=env).stdout \
-        .strip() == "retried"
+        .strip() == f"retried job {dead_id}"
     (again,) = queue.jobs("ready", queue=qname)
     assert (again.id, again.attempts, again.max_attempts) == (dead_id, 1, 3)
     refused = run_portq("retry", *prefix, str(dead_id), env=env, check=False)
-    assert refused.returncode == 1 and "not dead or cancelled" in refused.stdout
+    assert refused.returncode == 1
+    assert refused.stdout.strip() == f"job {dead_id} is ready, not dead or cancelled"
 
-    assert run_portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == "cancelled"
+    assert run_portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == \
+        f"cancelled job {dead_id}"
     refused = run_portq("cancel", *prefix, str(dead_id), env=env, check=False)
-    assert refused.returncode == 1 and "not ready or running" in refused.stdout
+    assert refused.returncode == 1
+    assert refused.stdout.strip() == f"job {dead_id} is cancelled, not ready or running"
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]
 
     expired_id = queue.enqueue(qname, {"n": "expired"})
@@ -102,23 +108,26 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     # on a shared server another test run's worker may reap this table first; the SQLite
     # file is this session's own
     alone = queue.backend.engine == "sqlite"
-    assert int(run_portq("reap", *prefix, "--delay", "0", env=env).stdout) >= (1 if alone else 0)
+    reaped_n = json.loads(run_portq("reap", *prefix, "--delay", "0s", "--json", env=env).stdout)
+    assert reaped_n["reaped"] >= (1 if alone else 0)
     (reaped,) = queue.jobs("ready", queue=qname)
     assert reaped.id == expired_id and reaped.last_error is not None
     assert "lease expired" in reaped.last_error
     (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert row["ready"] == 1 and row["oldest_ready_age_s"] is not None
-    assert row["retry_rate"] is not None and row["retry_rate"] > 0  # the reaped job retries
+    assert (row["failed_1h"], row["succeeded_1h"], row["retry_rate"]) == (1, 0, 1.0)
 
     claimed: list[Any] = []
     assert wait_until(lambda: bool(claimed.extend(queue.claim(qname, "cli-test", lease=30))
                                    or claimed), timeout=10)
     assert queue.complete(claimed[0]) is True
-    assert int(run_portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
-                         env=env).stdout) == 0
+    assert run_portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
+                     env=env).stdout.strip() == \
+        f"deleted 0 succeeded or cancelled jobs older than 7d from queue {qname}"
     time.sleep(0.05)
-    assert int(run_portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
-                         "succeeded", env=env).stdout) == 1
+    assert run_portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
+                     "succeeded", env=env).stdout.strip() == \
+        f"deleted 1 succeeded job older than 0s from queue {qname}"
     assert queue.jobs("succeeded", queue=qname) == []
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]  # not named
 

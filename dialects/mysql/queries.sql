@@ -146,9 +146,7 @@ SELECT queue,
        SUM(state = 'dead'),
        SUM(state = 'cancelled'),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
-       MAX(n.now),
-       SUM(attempts > 1 OR (state = 'ready' AND attempts > 0)),
-       SUM(attempts > 0)
+       MAX(n.now)
 FROM portq_job
 CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
@@ -195,3 +193,33 @@ FOR UPDATE SKIP LOCKED;
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id IN (:ids) AND state IN (:states);
+
+-- What `portq conformance` prints first: server version, session isolation level
+-- (@@transaction_isolation on MySQL 8 and MariaDB 11.1+, else @@tx_isolation).
+-- name: server_info
+SELECT VERSION(), @@transaction_isolation;
+
+-- name: server_info_tx
+SELECT VERSION(), @@tx_isolation;
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = :name;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > UTC_TIMESTAMP(6) - INTERVAL (:window_ms * 1000) MICROSECOND
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL (:window_ms * 1000) MICROSECOND
+      AND (:queue = '*' OR queue = :queue)
+) AS a
+GROUP BY queue;

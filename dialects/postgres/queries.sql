@@ -171,9 +171,7 @@ SELECT queue,
        count(*) FILTER (WHERE state = 'dead'),
        count(*) FILTER (WHERE state = 'cancelled'),
        min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now()),
-       now(),
-       count(*) FILTER (WHERE attempts > 1 OR (state = 'ready' AND attempts > 0)),
-       count(*) FILTER (WHERE attempts > 0)
+       now()
 FROM portq_job
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
@@ -218,3 +216,28 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- What `portq conformance` prints first: server version, session isolation level.
+-- name: server_info
+SELECT current_setting('server_version'), upper(current_setting('transaction_isolation'));
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 WHERE to_regclass(:name) IS NOT NULL;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > now() - :window_ms * interval '1 millisecond'
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > now() - :window_ms * interval '1 millisecond'
+      AND (:queue = '*' OR queue = :queue)
+) AS a
+GROUP BY queue;

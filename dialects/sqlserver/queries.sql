@@ -188,9 +188,7 @@ SELECT queue,
        SUM(CASE WHEN state = N'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = N'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = N'ready' AND run_at <= n.db_now THEN run_at END),
-       MAX(n.db_now),
-       SUM(CASE WHEN attempts > 1 OR (state = N'ready' AND attempts > 0) THEN 1 ELSE 0 END),
-       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+       MAX(n.db_now)
 FROM portq_job
 CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
@@ -232,3 +230,36 @@ WITH c AS (
 UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
+
+-- What `portq conformance` prints first: server version, this session's isolation level
+-- (sys.dm_exec_sessions shows a session its own row without VIEW SERVER STATE).
+-- name: server_info
+SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)),
+       CASE transaction_isolation_level WHEN 1 THEN N'READ UNCOMMITTED'
+            WHEN 2 THEN N'READ COMMITTED' WHEN 3 THEN N'REPEATABLE READ'
+            WHEN 4 THEN N'SERIALIZABLE' WHEN 5 THEN N'SNAPSHOT' ELSE N'UNSPECIFIED' END
+FROM sys.dm_exec_sessions
+WHERE session_id = @@SPID;
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 WHERE OBJECT_ID(:name, N'U') IS NOT NULL;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > DATEADD(MILLISECOND, -CAST(:window_ms % 86400000 AS INT),
+                      DATEADD(DAY, -CAST(:window_ms / 86400000 AS INT), SYSUTCDATETIME()))
+      AND (:queue = N'*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = N'succeeded' AND finished_at > DATEADD(MILLISECOND, -CAST(:window_ms % 86400000 AS INT),
+                      DATEADD(DAY, -CAST(:window_ms / 86400000 AS INT), SYSUTCDATETIME()))
+      AND (:queue = N'*' OR queue = :queue)
+) AS a
+GROUP BY queue;

@@ -12,6 +12,7 @@ import enum
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +22,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
-from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
+from portq.job import (
+    STATS_WINDOW_S,
+    Claim,
+    EnqueueResult,
+    Job,
+    JobError,
+    JobRecord,
+    QueueStats,
+    ServerInfo,
+)
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -423,21 +433,26 @@ class SqlBackend(Backend):
             cur, "cancel", {"job_id": job_id}).rowcount == 1))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        rows = self.run("stats", lambda cur: self.execute(
-            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
+        params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
+
+        def go(cur: Any) -> tuple[list[Any], list[Any]]:
+            return (list(self.execute(cur, "stats", params).fetchall()),
+                    list(self.execute(cur, "attempt_stats", params).fetchall()))
+        rows, attempt_rows = self.run("stats", go, write=False)
+        attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
-        for (q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now,
-             retried, attempted) in rows:
+        for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
             oldest_at, now_at = self.from_db_time(oldest), self.from_db_time(now)
             age = None
             if oldest_at is not None and now_at is not None:
                 age = max(0.0, (now_at - oldest_at).total_seconds())
-            attempted = int(attempted or 0)
+            failed_1h, succeeded_1h = attempts.get(q, (0, 0))
+            ended = failed_1h + succeeded_1h
             out.append(QueueStats(
                 queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
-                cancelled=int(cancelled or 0), oldest_ready_age_s=age,
-                retry_rate=(int(retried or 0) / attempted) if attempted else None))
+                cancelled=int(cancelled or 0), oldest_ready_age_s=age, failed_1h=failed_1h,
+                succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None))
         return sorted(out, key=lambda s: s.queue)
 
     def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
@@ -494,6 +509,49 @@ class SqlBackend(Backend):
             return str(value.read())
         return str(value)
 
+    def server_info(self) -> ServerInfo:
+        version, isolation = self.run("server_info", lambda cur: self.execute(
+            cur, "server_info").fetchone(), write=False)
+        return self.make_server_info(version, isolation)
+
+    def make_server_info(self, version: Any, isolation: Any) -> ServerInfo:
+        name = self.driver_module
+        return ServerInfo(engine=self.engine, server_version=str(version), driver=name,
+                          driver_version=driver_version(name),
+                          isolation=None if isolation is None else
+                          str(isolation).replace("-", " ").upper())
+
+    def table_names(self) -> list[str]:
+        """This prefix's tables, in creation order (the version table first)."""
+        texts = [self.queries["create_version_table"]]
+        texts += [s for _, statements in load_migrations(self.engine, self.prefix)
+                  for s in statements]
+        names: list[str] = []
+        for text in texts:
+            for name in _CREATED_TABLE.findall(text):
+                if name not in names:
+                    names.append(name)
+        return names
+
+    def existing_tables(self) -> list[str]:
+        """Which of this prefix's tables exist, in creation order."""
+        return self.run("existing_tables", lambda cur: [
+            name for name in self.table_names()
+            if self.execute(cur, "table_exists", {"name": name}).fetchone() is not None],
+            write=False)
+
+    #: how this engine drops one table (Oracle: PURGE, not into the recycle bin)
+    drop_table_sql: ClassVar[str] = "DROP TABLE {name}"
+
+    def drop_schema(self) -> list[str]:
+        existing = self.existing_tables()
+
+        def go(cur: Any) -> list[str]:
+            for name in reversed(existing):
+                cur.execute(self.drop_table_sql.format(name=name))
+            return existing
+        return self.run("drop_schema", go, retry=False)
+
     def close(self) -> None:
         self.pool.close()
 
@@ -512,6 +570,23 @@ class TxProgress:
 def _scrub(text: str, url: DatabaseURL) -> str:
     """Remove the URL's password from a driver message, should a driver echo it."""
     return text.replace(url.password, "***") if url.password else text
+
+
+def driver_version(module: str) -> str:
+    """The installed version of a driver module's distribution (sqlite3: the library's)."""
+    if module == "sqlite3":
+        import platform
+        return f"Python {platform.python_version()} standard library"
+    from importlib import metadata
+    for dist in metadata.packages_distributions().get(module, [module]):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+_CREATED_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
 
 
 def utc_from_micros(value: int) -> datetime:

@@ -18,7 +18,7 @@ from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
-from portq.job import EnqueueResult
+from portq.job import EnqueueResult, ServerInfo
 from portq.sql import split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
@@ -101,6 +101,16 @@ class MysqlBackend(SqlBackend):
         self.execute(cur, "insert_job", params)
         created = not existed if found_rows else cur.rowcount == 1
         return EnqueueResult(int(cur.lastrowid), created)
+
+    def server_info(self) -> ServerInfo:
+        # @@transaction_isolation exists on MySQL 8 and MariaDB 11.1+; @@tx_isolation on
+        # MariaDB before 11.1 (MySQL 8 removed it)
+        try:
+            return super().server_info()
+        except pymysql.err.OperationalError:
+            version, isolation = self.run("server_info", lambda cur: self.execute(
+                cur, "server_info_tx").fetchone(), write=False)
+            return self.make_server_info(version, isolation)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         lock, update, read = self.steps["claim"]

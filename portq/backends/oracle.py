@@ -80,6 +80,7 @@ class OracleBackend(SqlBackend):
     paramstyle = "named"
     error_codes = _ERROR_CODES
     driver_module = "oracledb"
+    drop_table_sql = "DROP TABLE {name} PURGE"
 
     def __init__(self, url: DatabaseURL, **kw: Any) -> None:
         self.connect_params = _connect_params(url)
