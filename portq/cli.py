@@ -107,8 +107,8 @@ def _job_ids(args: argparse.Namespace) -> list[int]:
     """The JOB_ID arguments; with $PORTQ_URL set, the first one may stand where URL does
     (``portq retry 1 2``)."""
     texts = list(args.job_ids)
-    if args.url is not None and re.fullmatch(r"\d+", args.url):
-        texts.insert(0, args.url)
+    if args.url is not None and "://" not in args.url:
+        texts.insert(0, args.url)   # not a URL: the first job id ($PORTQ_URL is the URL)
         args.url = None
     ids = []
     for text in texts:
@@ -525,7 +525,7 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = PortqParser(add_help=False)
     logs = common.add_argument_group("logging (before or after the command)")
     logs.add_argument("--log-level", type=str.upper, choices=LEVELS, default=argparse.SUPPRESS,
                       help="least severe level logged to stderr (default INFO, or "
@@ -533,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS,
                       help="text lines (default, or $PORTQ_LOG_FORMAT) or json: one JSON "
                            "object per line")
-    parser = argparse.ArgumentParser(prog="portq", description=DESCRIPTION, parents=[common])
+    parser = PortqParser(prog="portq", description=DESCRIPTION, parents=[common])
     parser.add_argument("--version", action="version", version=f"portq {portq.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -729,20 +729,38 @@ def _join_negative_values(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _unknown_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                     extras: Sequence[str]) -> NoReturn:
-    """Refuse unknown arguments, suggesting the closest option of the command."""
+_ARGV: list[str] = []  # the command line being parsed, for PortqParser's hints
+
+
+class PortqParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors suggest the closest option for each mistyped one
+    (Python 3.11's argparse does not)."""
+
+    def error(self, message: str) -> NoReturn:
+        hints = self.hints(_ARGV)
+        super().error(message + (f"; {'; '.join(hints)}" if hints else ""))
+
+    def hints(self, argv: Sequence[str]) -> list[str]:
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        out = []
+        for arg in argv:
+            flag = arg.split("=")[0]
+            if not flag.startswith("--") or any(k.startswith(flag) for k in known):
+                continue
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                out.append(f"unknown option {flag} (did you mean {close[0]}?)")
+        return out
+
+
+def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   extras: Sequence[str]) -> NoReturn:
+    """Refuse unknown arguments with the command's own parser (which adds the hints)."""
     sub = parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             sub = action.choices.get(getattr(args, "command", ""), parser)
-    known = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
-    parts = []
-    for extra in extras:
-        close = difflib.get_close_matches(extra.split("=")[0], known, n=1, cutoff=0.6) \
-            if extra.startswith("--") else []
-        parts.append(f"{extra} (did you mean {close[0]}?)" if close else extra)
-    sub.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {', '.join(parts)}")
+    sub.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -752,9 +770,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = build_parser()
+    _ARGV[:] = argv
     args, extras = parser.parse_known_args(_join_negative_values(argv))
     if extras:
-        _unknown_options(parser, args, extras)
+        _refuse_extras(parser, args, extras)
     if passthrough:
         if args.command != "conformance":
             parser.error(f"arguments after -- are only for conformance: {' '.join(passthrough)}")

@@ -4,6 +4,7 @@ suite in this process, report one row per property, drop the suite's tables."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -24,20 +25,27 @@ def _fail(message: str) -> int:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0].strip()}" if text else type(exc).__name__
+    """The first line of what the driver said (the cause of a wrapping portq error)."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    text = str(cause).strip().splitlines()
+    return text[0].strip() if text else type(cause).__name__
 
 
 def check_target(url: str, prefix: str) -> tuple[ServerInfo, list[str]] | str:
     """The server's description and this prefix's existing tables, or one line saying
     why the database cannot be used."""
     redacted = parse_url(url).redacted()
+    backend_log = logging.getLogger("portq.backend")
+    level = backend_log.level
+    backend_log.setLevel(logging.WARNING)   # not its "retrying on a new connection" line
     try:
         with portq.connect(url, prefix=prefix, pool_size=1) as q:
             info = q.backend.server_info()
             existing = q.backend.existing_tables()
     except Exception as exc:  # noqa: BLE001 - whatever failed, one line says it
         return f"cannot connect to {redacted}: {_first_line(exc)}"
+    finally:
+        backend_log.setLevel(level)
     return info, existing
 
 
