@@ -232,7 +232,8 @@ SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
 
 -- What `portq conformance` prints first: server version, this session's isolation level
--- (sys.dm_exec_sessions shows a session its own row without VIEW SERVER STATE).
+-- (sys.dm_exec_sessions; transaction_isolation_level 1-5 as documented). Where the login
+-- may not read the view, server_version alone is shown.
 -- name: server_info
 SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)),
        CASE transaction_isolation_level WHEN 1 THEN N'READ UNCOMMITTED'
@@ -240,6 +241,9 @@ SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)),
             WHEN 4 THEN N'SERIALIZABLE' WHEN 5 THEN N'SNAPSHOT' ELSE N'UNSPECIFIED' END
 FROM sys.dm_exec_sessions
 WHERE session_id = @@SPID;
+
+-- name: server_version
+SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128));
 
 -- Does a table of this prefix exist (before `portq conformance` drops it)?
 -- name: table_exists

@@ -510,8 +510,18 @@ class SqlBackend(Backend):
         return str(value)
 
     def server_info(self) -> ServerInfo:
-        version, isolation = self.run("server_info", lambda cur: self.execute(
-            cur, "server_info").fetchone(), write=False)
+        try:
+            version, isolation = self.run("server_info", lambda cur: self.execute(
+                cur, "server_info").fetchone(), write=False)
+        except Exception as exc:
+            # an engine whose isolation query may be refused (a permission) has a
+            # version-only statement: the version is still worth showing
+            if "server_version" not in self.queries or isinstance(exc, DatabaseError) or \
+                    self.classify(exc) is ErrorKind.CONNECTION:
+                raise
+            (version,) = self.run("server_version", lambda cur: self.execute(
+                cur, "server_version").fetchone(), write=False)
+            isolation = None
         return self.make_server_info(version, isolation)
 
     def make_server_info(self, version: Any, isolation: Any) -> ServerInfo:

@@ -108,8 +108,9 @@ def run_conformance(url: str, *, prefix: str = TEST_PREFIX, keep: bool = False,
                 print(f"FAILED {t.name}: {t.reason}")
         for error in collector.errors:
             print(f"ERROR collecting {error}")
-        print(f"\n{tally['passed']} passed, {tally['failed']} failed, {tally['skipped']} "
-              f"skipped in {elapsed:.0f}s; "
+        skipped = f", {tally['skipped']} skipped" if tally["skipped"] else ""
+        print(f"\n{tally['passed']} passed, {tally['failed']} failed{skipped} in "
+              f"{elapsed:.0f}s; "
               + (f"dropped {', '.join(dropped)}" if dropped else
                  "kept the suite's tables" if keep else "no tables to drop")
               + (f"; JUnit report in {junit}" if junit else ""))
