@@ -34,7 +34,7 @@ from typing import Any
 from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, conflict_delay, storable_error
 from portq.errors import ConfigurationError, DatabaseError, Permanent
 from portq.handler import HandlerRunner
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, Job, JobRecord, QueueStats, error_line
 from portq.protocol import NewJob
 from portq.queue import (
     Queue,
@@ -271,9 +271,13 @@ class AsyncQueue:
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         return await asyncio.to_thread(self.queue.stats, queue)
 
-    async def jobs(self, state: str, *, queue: str | None = None,
-                   limit: int = 100) -> list[JobRecord]:
-        return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit)
+    async def jobs(self, state: str | None = None, *, queue: str | None = None,
+                   limit: int = 100, after_id: int = 0) -> list[JobRecord]:
+        return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit,
+                                       after_id=after_id)
+
+    async def job(self, job_id: int) -> JobRecord | None:
+        return await asyncio.to_thread(self.queue.job, job_id)
 
     async def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
         return await asyncio.to_thread(self.queue.reap, limit=limit, delay=delay)
@@ -363,8 +367,10 @@ class AsyncWorker:
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
         batcher = asyncio.create_task(self._ack_loop(), name="portq-acks")
-        log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
-                 self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
+        log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
+                 "lease=%gs (asyncio)", self.worker_id,
+                 self.queue.queue.backend.engine, self.queue.url, ",".join(self.queues),
+                 self.concurrency, self.lease)
         try:
             await self._claim_loop()
         finally:
@@ -413,11 +419,11 @@ class AsyncWorker:
         started = time.perf_counter()
         jobs = await self.queue.claim(name, self.worker_id, limit=min(free, self.batch),
                                       lease=self.lease)
-        self.counters.record_claim(time.perf_counter() - started)
+        self.counters.record_claim(time.perf_counter() - started, name)
         for job in jobs:
             task = asyncio.create_task(self._execute(job), name=f"portq-job-{job.id}")
             self._inflight[job.id] = (job, task)
-        self.counters.claimed += len(jobs)
+        self.counters.add("claimed", len(jobs), name)
         return len(jobs)
 
     async def _drained(self) -> bool:
@@ -490,9 +496,8 @@ class AsyncWorker:
                     self._acking.discard(job.id)
                     if self._inflight.get(job.id, (None,))[0] is job:
                         del self._inflight[job.id]
-                for ok in results or []:
-                    self.counters.succeeded += ok
-                    self.counters.lost += not ok
+                for job, ok in zip(owned, results or [], strict=False):
+                    self.counters.add("succeeded" if ok else "lost", queue=job.queue)
                 self._wake.set()
 
     async def _report(self, job: Job, error: str, retry_in: float | None,
@@ -505,11 +510,17 @@ class AsyncWorker:
             return
         ok = written[0]
         if not ok:
-            self.counters.lost += 1
+            self.counters.add("lost", queue=job.queue)
         elif dead or retry_in is None or job.attempt >= job.max_attempts:
-            self.counters.dead += 1
+            self.counters.add("dead", queue=job.queue)
+            log.warning("job.dead job_id=%d queue=%s attempt=%d/%d worker=%s error=%s",
+                        job.id, job.queue, job.attempt, job.max_attempts, self.worker_id,
+                        error_line(error))
         else:
-            self.counters.retried += 1
+            self.counters.add("retried", queue=job.queue)
+            log.info("job.retry job_id=%d queue=%s attempt=%d/%d worker=%s in=%.2fs error=%s",
+                     job.id, job.queue, job.attempt, job.max_attempts, self.worker_id,
+                     retry_in, error_line(error))
 
     async def _heartbeat(self) -> None:
         while True:
@@ -525,7 +536,7 @@ class AsyncWorker:
                 if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
                         self._writing.get(job.id) is not job:  # not if being written
                     del self._inflight[job.id]
-                    self.counters.lost += 1
+                    self.counters.add("lost", queue=job.queue)
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
                                 job.id, self.worker_id)
 
@@ -550,6 +561,6 @@ class AsyncWorker:
         for job, _task in leftover:
             try:
                 if await self.queue.release(job):
-                    self.counters.released += 1
+                    self.counters.add("released", queue=job.queue)
             except Exception as exc:  # noqa: BLE001 - its lease will expire instead
                 log.error("job.release_failed job_id=%d error=%s", job.id, exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import logging
@@ -13,28 +14,65 @@ import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
 
 import portq
 from portq.errors import ConfigurationError, PayloadError, PortqError
-from portq.job import Job
+from portq.job import ALL_STATES, Job, JobRecord, State, error_line
+from portq.logs import FORMATS, LEVELS, configure_logging
 from portq.queue import MAX_PAYLOAD_DEPTH
 from portq.retry import Backoff
 from portq.worker import Worker
 
+DESCRIPTION = ("portq: background jobs kept in an ordinary SQL table, claimed safely by "
+               "competing workers. Each command takes the database URL as its first "
+               "argument, or from $PORTQ_URL.")
 DEFAULT_DEMO_URL = "sqlite:///portq-demo.sqlite3"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+DEFAULT_PREFIX = "portq_"
+UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+UNIT_HELP = "ms, s, m, h, d or w (e.g. 500ms, 30s, 15m, 12h, 7d)"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
+#: the shortest --lease the heartbeat can keep alive: it renews every third of the lease,
+#: and a renewal's round trip must arrive before the lease ends
+MIN_LEASE_S = 1.0
 
 
 def parse_duration(text: str) -> float:
-    """``'90'``, ``'30s'``, ``'15m'``, ``'2h'``, ``'7d'`` -> seconds."""
-    m = _DURATION.match(text)
+    """``'500ms'``, ``'30s'``, ``'15m'``, ``'2h'``, ``'7d'``, ``'1w'`` -> seconds. A unit is
+    required: a bare number is an error naming the units."""
+    value = text.strip()
+    if value.startswith("-"):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must not be negative")
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        raise argparse.ArgumentTypeError(
+            f"duration {text!r} needs a unit: one of {UNIT_HELP}")
+    m = _DURATION.match(value)
     if not m:
         raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use a number with an optional unit ms/s/m/h/d/w")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+            f"invalid duration {text!r}: a number and a unit, one of {UNIT_HELP}")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds in the largest unit up to days that holds them whole: 604800 -> ``'7d'``."""
+    for unit in ("d", "h", "m", "s", "ms"):
+        size = UNITS[unit]
+        count = seconds / size
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_lease(text: str) -> float:
+    """A duration the heartbeat can renew: at least :data:`MIN_LEASE_S`."""
+    seconds = parse_duration(text)
+    if seconds < MIN_LEASE_S:
+        raise argparse.ArgumentTypeError(
+            f"lease {text!r} is too short: the heartbeat renews a lease every third of it, "
+            f"so the minimum is {format_duration(MIN_LEASE_S)}")
+    return seconds
 
 
 def load_handler(spec: str) -> Callable[[Job], Any]:
@@ -81,11 +119,41 @@ def _open(args: argparse.Namespace) -> portq.Queue:
     return portq.connect(_url(args), prefix=args.prefix)
 
 
+def _job_ids(args: argparse.Namespace) -> list[int]:
+    """The JOB_ID arguments; with $PORTQ_URL set, the first one may stand where URL does
+    (``portq retry 1 2``)."""
+    texts = list(args.job_ids)
+    if args.url is not None and "://" not in args.url:
+        texts.insert(0, args.url)   # not a URL: the first job id ($PORTQ_URL is the URL)
+        args.url = None
+    ids = []
+    for text in texts:
+        if not re.fullmatch(r"\d+", text) or int(text) < 1:
+            raise ConfigurationError(f"job id {text!r} is not a positive integer")
+        ids.append(int(text))
+    return ids
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """Print ``data`` as JSON with --json, else ``text``."""
+    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+
+
 # ---- commands -----------------------------------------------------------------------------
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        print(f"schema version {q.migrate()} at {q.url}")
+        before = q.backend.schema_version()
+        after = q.migrate()
+        url = q.url
+    if after == before:
+        text = f"schema already at v{after}"
+    elif before == 0:
+        text = f"created schema v{after}"
+    else:
+        text = f"upgraded schema from v{before} to v{after}"
+    _emit(args, {"url": url, "prefix": args.prefix, "before": before, "version": after,
+                 "changed": after != before}, f"{text} ({url}, prefix {args.prefix})")
     return 0
 
 
@@ -98,8 +166,15 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise PayloadError(f"--payload nests arrays/objects more than "
                            f"{MAX_PAYLOAD_DEPTH} levels deep, the limit on every engine") from None
     with _open(args) as q:
-        print(q.enqueue(args.queue, payload, priority=args.priority, delay=args.delay,
-                        key=args.key, max_attempts=args.max_attempts))
+        result = q.enqueue_result(args.queue, payload, priority=args.priority,
+                                  delay=args.delay, key=args.key,
+                                  max_attempts=args.max_attempts)
+    if result.created:
+        text = f"created job {result.id} on queue {args.queue}"
+    else:
+        text = f"existing job {result.id} (key {args.key})"
+    _emit(args, {"id": result.id, "created": result.created, "queue": args.queue,
+                 "key": args.key}, text)
     return 0
 
 
@@ -124,11 +199,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         ack_delay=args.ack_delay, claimers=args.claimers)
         stops = _start_worker_extras(args, q, worker)
         try:
-            counters = worker.run()
+            worker.run()
         finally:
             for stop in stops:
                 stop()
-    print(json.dumps(counters.as_dict()), file=sys.stderr)
     return 0
 
 
@@ -145,14 +219,18 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
     if args.metrics_port is not None:
         from portq.metrics import serve_metrics
         try:
-            server = serve_metrics(q, worker, args.metrics_port)
+            server = serve_metrics(q, worker, args.metrics_port, args.metrics_host)
         except OSError as exc:
             for stop in stops:
                 stop()
-            raise ConfigurationError(
-                f"cannot serve metrics on 127.0.0.1:{args.metrics_port}: {exc}") from None
+            raise ConfigurationError(f"cannot serve metrics on {args.metrics_host}:"
+                                     f"{args.metrics_port}: {exc}") from None
         stops.append(server.close)
     return stops
+
+
+STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
+                 "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate"]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -161,10 +239,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    cols = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
-            "oldest_ready_age_s", "retry_rate"]
-    table = [[_cell(r[c]) for c in cols] for r in rows]
-    _print_table(cols, table)
+    if not rows:
+        print("no jobs" + (f" on queue {args.queue}" if args.queue else ""))
+        return 0
+    _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
     return 0
 
 
@@ -173,81 +251,191 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.3f}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
     return str(value)
 
 
 def _print_table(cols: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)).rstrip())
     for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        print(q.reap(limit=args.limit, delay=args.delay))
+        n = q.reap(limit=args.limit, delay=args.delay)
+    _emit(args, {"reaped": n},
+          f"returned {n} expired lease{'' if n == 1 else 's'} (to ready, or to dead when "
+          "attempts were spent)")
     return 0
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    states = args.state or ["succeeded", "cancelled"]
     total = 0
     with _open(args) as q:
         while True:
-            n = q.prune(args.older_than, limit=args.limit, states=args.state or
-                        ["succeeded", "cancelled"], queue=args.queue)
+            n = q.prune(args.older_than, limit=args.limit, states=states, queue=args.queue)
             total += n
             if n < args.limit or not args.all:
                 break
-    print(total)
+    age = format_duration(args.older_than)
+    more = n == args.limit and not args.all
+    text = (f"deleted {total} {' or '.join(states)} job{'' if total == 1 else 's'} older "
+            f"than {age}" + (f" from queue {args.queue}" if args.queue else "") +
+            ("; more may be left: repeat, or add --all" if more else ""))
+    _emit(args, {"deleted": total, "states": states, "older_than_s": args.older_than,
+                 "queue": args.queue, "more": more}, text)
+    return 0
+
+
+def _bulk(args: argparse.Namespace, action: Callable[[], int]) -> tuple[int, bool]:
+    """Run one bounded batch (--limit), or batches until one comes back short (--all);
+    return the total and whether more may be left."""
+    total = 0
+    while True:
+        n = action()
+        total += n
+        if n < args.limit or not args.all:
+            return total, n == args.limit and not args.all
+
+
+def _single(q: portq.Queue, ids: Sequence[int], act: Callable[[int], bool], done: str,
+            wanted: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Apply ``act`` to each job id; say for each what happened (or why not)."""
+    results, lines = [], []
+    for job_id in ids:
+        if act(job_id):
+            results.append({"id": job_id, "result": done})
+            lines.append(f"{done} job {job_id}")
+            continue
+        record = q.job(job_id)
+        if record is None:
+            results.append({"id": job_id, "result": "no such job"})
+            lines.append(f"no such job {job_id}")
+        else:
+            results.append({"id": job_id, "result": f"not {wanted}", "state": record.state})
+            lines.append(f"job {job_id} is {record.state}, not {wanted}")
+    return results, lines
+
+
+def _operator(args: argparse.Namespace, verb: str, wanted: str, default_states: list[str],
+              one: Callable[[portq.Queue, int], bool],
+              many: Callable[[portq.Queue, list[str]], int]) -> int:
+    """``portq retry`` / ``portq cancel``: job ids, or --queue Q [--state S] in batches."""
+    ids = _job_ids(args)
+    if ids and (args.queue or args.state or args.all):
+        raise ConfigurationError("give job ids or --queue (with --state/--all), not both")
+    if not ids and not args.queue:
+        raise ConfigurationError(f"nothing to {args.command}: give job ids, or --queue Q "
+                                 "for a bulk action")
+    with _open(args) as q:
+        if ids:
+            results, lines = _single(q, ids, lambda i: one(q, i), verb, wanted)
+            _emit(args, results, "\n".join(lines))
+            return 0 if all(r["result"] == verb for r in results) else 1
+        states = args.state or default_states
+        total, more = _bulk(args, lambda: many(q, states))
+    _emit(args, {verb: total, "queue": args.queue, "states": states, "more": more},
+          f"{verb} {total} {' or '.join(states)} job{'' if total == 1 else 's'} of queue "
+          f"{args.queue}" + ("; more may be left: repeat, or add --all" if more else ""))
     return 0
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
-    with _open(args) as q:
-        ok = q.retry_dead(args.job_id, extra_attempts=args.extra_attempts)
-    print("retried" if ok else f"job {args.job_id} is not dead or cancelled")
-    return 0 if ok else 1
+    extra = args.extra_attempts
+    return _operator(args, "retried", "dead or cancelled", ["dead"],
+                     lambda q, i: q.retry_dead(i, extra_attempts=extra),
+                     lambda q, states: q.retry_many(args.queue, states=states,
+                                                    limit=args.limit, extra_attempts=extra))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with _open(args) as q:
-        ok = q.cancel(args.job_id)
-    print("cancelled" if ok else f"job {args.job_id} is not ready or running")
-    return 0 if ok else 1
+    return _operator(args, "cancelled", "ready or running", ["ready"],
+                     lambda q, i: q.cancel(i),
+                     lambda q, states: q.cancel_many(args.queue, states=states,
+                                                     limit=args.limit))
+
+
+JOB_COLUMNS = ["id", "state", "queue", "priority", "run_at", "attempts", "key", "last_error"]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        records = q.jobs(args.state, queue=args.queue, limit=args.limit)
+        records = q.jobs(args.state, queue=args.queue, limit=args.limit,
+                         after_id=args.after_id)
     if args.json:
-        print(json.dumps([{**vars(r), **{k: getattr(r, k).isoformat() for k in
-                                         ("run_at", "lease_until", "created_at", "finished_at")
-                                         if getattr(r, k) is not None}} for r in records],
-                         indent=2, default=str))
+        print(json.dumps([r.as_dict() for r in records], indent=2))
         return 0
-    cols = ["id", "queue", "state", "attempts", "max_attempts", "key", "last_error"]
-    _print_table(cols, [[_cell(getattr(r, c)) if c != "last_error" else
-                         (r.last_error or "-").strip().splitlines()[-1][:80]
-                         for c in cols] for r in records])
+    which = "jobs" if args.state == ALL_STATES else f"{args.state} jobs"
+    where = f" on queue {args.queue}" if args.queue else ""
+    if not records:
+        print(f"no {which}{where}" + (f" after id {args.after_id}" if args.after_id else ""))
+        return 0
+    _print_table(JOB_COLUMNS, [[
+        str(r.id), r.state, r.queue, str(r.priority), _cell(r.run_at),
+        f"{r.attempts}/{r.max_attempts}", r.key or "-", error_line(r.last_error)[:80] or "-"]
+        for r in records])
+    if len(records) == args.limit:
+        print(f"(the first {args.limit} {which}{where} by id; next page: --after-id "
+              f"{records[-1].id})")
     return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    ids = _job_ids(args)
+    if len(ids) != 1:
+        raise ConfigurationError("give exactly one job id")
+    with _open(args) as q:
+        record = q.job(ids[0])
+        errors = q.error_history(ids[0]) if record is not None else []
+    if record is None:
+        _emit(args, {"id": ids[0], "result": "no such job"}, f"no such job {ids[0]}")
+        return 1
+    if args.json:
+        print(json.dumps({**record.as_dict(), "errors": [e.as_dict() for e in errors]},
+                         indent=2))
+        return 0
+    for line in _describe(record):
+        print(line)
+    print(f"errors ({len(errors)} recorded attempt{'' if len(errors) == 1 else 's'}):"
+          if errors else "errors: none recorded")
+    for e in errors:
+        print(f"  attempt {e.attempt} by {e.worker_id} at {_cell(e.failed_at)}:")
+        for line in e.error.rstrip().splitlines():
+            print(f"    {line}")
+    return 0
+
+
+def _describe(r: JobRecord) -> Iterator[str]:
+    fields: list[tuple[str, Any]] = [
+        ("id", r.id), ("queue", r.queue), ("state", r.state), ("priority", r.priority),
+        ("attempts", f"{r.attempts}/{r.max_attempts}"), ("key", r.key),
+        ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
+        ("worker_id", r.worker_id), ("lease_until", r.lease_until),
+        ("payload", json.dumps(r.payload, ensure_ascii=False)),
+        ("last_error", error_line(r.last_error) or None)]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        yield f"{name.ljust(width)}  {_cell(value)}"
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     url = _url(args)
     engine = portq.url.parse_url(url).engine  # a clear error before pytest starts
     try:
-        import pytest
+        import pytest  # noqa: F401
     except ModuleNotFoundError:
         raise ConfigurationError(
             "portq conformance runs on pytest, which is not installed; install it with: "
             f"pip install 'portq[{engine}]' (or: pip install 'pytest>=8')") from None
 
-    from portq.conformance import SUITE_DIR
-    argv = [str(SUITE_DIR), "-p", "portq.conformance.plugin", "--portq-url", url,
-            "--portq-require", engine, "-p", "no:cacheprovider",
-            "-c", os.devnull, "--rootdir", str(SUITE_DIR), "-m", "not fault", "-q", "-ra",
-            *args.pytest_args]
-    return int(pytest.main(argv))
+    from portq.conformance.runner import run_conformance
+    return run_conformance(url, prefix=args.prefix, keep=args.keep,
+                           as_json=args.json, junit=args.junit,
+                           pytest_args=args.pytest_args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -377,46 +565,72 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="portq", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("PORTQ_LOG_LEVEL", "WARNING"),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", required=True)
+    common = PortqParser(add_help=False)
+    logs = common.add_argument_group("logging (before or after the command)")
+    logs.add_argument("--log-level", type=str.upper, choices=LEVELS, default=argparse.SUPPRESS,
+                      help="least severe level logged to stderr (default INFO, or "
+                           "$PORTQ_LOG_LEVEL)")
+    logs.add_argument("--log-format", choices=FORMATS, default=argparse.SUPPRESS,
+                      help="text lines (default, or $PORTQ_LOG_FORMAT) or json: one JSON "
+                           "object per line")
+    parser = PortqParser(prog="portq", description=DESCRIPTION, parents=[common])
+    parser.add_argument("--version", action="version", version=f"portq {portq.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, fn: Callable[[argparse.Namespace], int], help_: str,
-                url: bool = True) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
+                url: bool = True, prefix: str = DEFAULT_PREFIX,
+                json_help: str | None = "print the result as JSON, for scripts"
+                ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_, parents=[common])
         if url:
             p.add_argument("url", nargs="?", metavar="URL",
                            help="database URL (default: $PORTQ_URL)")
-            p.add_argument("--prefix", default="portq_", help="table prefix (default portq_)")
+            p.add_argument("--prefix", default=prefix,
+                           help=f"table prefix (default {prefix})")
+        if json_help:
+            p.add_argument("--json", action="store_true", help=json_help)
         p.set_defaults(fn=fn)
         return p
 
-    command("migrate", cmd_migrate, "create or upgrade portq's tables")
-    p = command("enqueue", cmd_enqueue, "add a job; prints its id")
-    p.add_argument("--queue", required=True)
-    p.add_argument("--payload", default="null", help="JSON payload")
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--delay", type=parse_duration, default=None, help="e.g. 30s, 5m")
-    p.add_argument("--key", default=None, help="idempotency key")
-    p.add_argument("--max-attempts", type=_positive, default=None)
+    def duration(p: argparse.ArgumentParser, flag: str, default: float | None,
+                 help_: str, parse: Callable[[str], float] = parse_duration,
+                 required: bool = False) -> None:
+        shown = "" if default is None else f" (default {format_duration(default)})"
+        p.add_argument(flag, type=parse, default=default, metavar="DURATION",
+                       required=required, help=help_ + shown)
 
-    p = command("worker", cmd_worker, "run a worker")
-    p.add_argument("--queue", action="append", required=True, help="repeat for more queues")
+    command("migrate", cmd_migrate, "create or upgrade portq's tables; says which")
+    p = command("enqueue", cmd_enqueue, "add a job; says its id, and whether it is new")
+    p.add_argument("--queue", required=True, help="queue name")
+    p.add_argument("--payload", default="null", help="JSON payload (default null)")
+    p.add_argument("--priority", type=int, default=0,
+                   help="higher runs first among due jobs (default 0)")
+    duration(p, "--delay", None, "run no earlier than this from now (default: now)")
+    p.add_argument("--key", default=None,
+                   help="idempotency key: an existing job of this key is returned instead")
+    p.add_argument("--max-attempts", type=_positive, default=None,
+                   help="attempts before the job is dead (default 25)")
+
+    p = command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst)",
+                json_help=None)
+    p.add_argument("--queue", action="append", required=True,
+                   help="queue to serve; repeat for more (served round-robin)")
     p.add_argument("--handler", required=True,
                    help="module:function taking a portq.Job (def, or async def: awaited on "
                         "an event loop of the handler thread)")
-    p.add_argument("--concurrency", type=_positive, default=4)
-    p.add_argument("--lease", type=parse_duration, default=30.0)
-    p.add_argument("--grace", type=parse_duration, default=30.0,
-                   help="how long shutdown waits for running jobs before releasing them")
+    p.add_argument("--concurrency", type=_positive, default=4,
+                   help="handler threads: jobs run at once (default 4)")
+    duration(p, "--lease", 30.0, "how long a claimed job is this worker's before another "
+             f"may take it; renewed every third of it (minimum "
+             f"{format_duration(MIN_LEASE_S)})", parse_lease)
+    duration(p, "--grace", 30.0,
+             "how long shutdown waits for running jobs before releasing them")
     p.add_argument("--prefetch", type=_non_negative, default=None,
                    help="deprecated: fixes the look-ahead (jobs claimed beyond the handler "
                         "threads), which the worker otherwise sizes itself")
-    p.add_argument("--ack-delay", type=parse_duration, default=None,
-                   help="deprecated: how long a completion may wait for others of its "
-                        "batch (default 0: completions are written in the background, a "
-                        "batch at a time)")
+    duration(p, "--ack-delay", None,
+             "deprecated: how long a completion may wait for others of its batch (default "
+             "0s: completions are written in the background, a batch at a time)")
     p.add_argument("--claimers", type=_positive, default=None,
                    help="deprecated: fixes the number of claim loops (default: up to 4 "
                         "while jobs are shorter than a claim's round trip, else 1)")
@@ -428,77 +642,111 @@ def build_parser() -> argparse.ArgumentParser:
                         "jobs due later (--delay, retry backoff) are not waited for")
     p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],
                    default="full_jitter", help="retry delay policy (default full_jitter)")
-    p.add_argument("--backoff-base", type=parse_duration, default=1.0,
-                   help="first retry's delay ceiling (default 1s)")
-    p.add_argument("--backoff-cap", type=parse_duration, default=3600.0,
-                   help="longest retry delay (default 1h)")
-    p.add_argument("--idle-max", type=parse_duration, default=None,
-                   help="longest sleep between polls of an empty queue, what a new job may "
-                        "wait for an idle worker (default: 2s on PostgreSQL and SQLite, whose "
-                        "workers are woken by LISTEN/NOTIFY and PRAGMA data_version; 250ms "
-                        "elsewhere, at most ~7 claims/s per idle worker)")
-    p.add_argument("--reap-interval", type=parse_duration, default=10.0,
-                   help="how often this worker returns expired leases (0: never; default 10s)")
-    p.add_argument("--reap-delay", type=parse_duration, default=1.0,
-                   help="how long a returned job waits before it runs again (default 1s)")
-    p.add_argument("--prune-interval", type=parse_duration, default=3600.0,
-                   help="how often this worker deletes old finished jobs (0: never; "
-                        "default 1h)")
-    p.add_argument("--prune-older-than", type=parse_duration, default=7 * 86400.0,
-                   help="age of finished jobs the worker prunes (default 7d)")
+    duration(p, "--backoff-base", 1.0, "first retry's delay ceiling")
+    duration(p, "--backoff-cap", 3600.0, "longest retry delay")
+    duration(p, "--idle-max", None,
+             "longest sleep between polls of an empty queue, what a new job may wait for an "
+             "idle worker (default: 2s on PostgreSQL and SQLite, whose workers are woken by "
+             "LISTEN/NOTIFY and PRAGMA data_version; 250ms elsewhere, at most ~7 claims/s "
+             "per idle worker)")
+    duration(p, "--reap-interval", 10.0,
+             "how often this worker returns expired leases (0s: never)")
+    duration(p, "--reap-delay", 1.0, "how long a returned job waits before it runs again")
+    duration(p, "--prune-interval", 3600.0,
+             "how often this worker deletes old finished jobs (0s: never)")
+    duration(p, "--prune-older-than", 7 * 86400.0, "age of finished jobs the worker prunes")
     p.add_argument("--metrics-port", type=_port, default=None, metavar="PORT",
-                   help="serve Prometheus metrics at http://127.0.0.1:PORT/metrics")
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address the metrics server binds (default 127.0.0.1; 0.0.0.0: "
+                        "every interface, e.g. for a Prometheus in another container)")
     p.add_argument("--schedule", default=None, metavar="FILE",
                    help="TOML file of [[schedule]] cron jobs to enqueue (once per due time, "
                         "however many workers run it)")
 
-    p = command("stats", cmd_stats, "per-queue counts, oldest ready age, retry rate")
-    p.add_argument("--queue", default=None)
-    p.add_argument("--json", action="store_true")
+    p = command("stats", cmd_stats, "per-queue counts, oldest ready age, failures and "
+                "retry rate over the last hour (docs/operations.md)")
+    p.add_argument("--queue", default=None, help="one queue (default: every queue)")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
-    p.add_argument("--limit", type=_positive, default=1000)
-    p.add_argument("--delay", type=parse_duration, default=1.0)
+    p.add_argument("--limit", type=_positive, default=1000,
+                   help="most jobs returned (default 1000)")
+    duration(p, "--delay", 1.0, "how long a returned job waits before it runs again")
 
     p = command("prune", cmd_prune, "delete finished jobs in bounded batches")
-    p.add_argument("--older-than", type=parse_duration, required=True, help="e.g. 7d")
-    p.add_argument("--limit", type=_positive, default=1000)
+    duration(p, "--older-than", None, "delete jobs finished longer ago than this (e.g. 7d)",
+             required=True)
+    p.add_argument("--limit", type=_positive, default=1000,
+                   help="most jobs deleted per batch (default 1000)")
     p.add_argument("--state", action="append", choices=["succeeded", "cancelled", "dead"],
-                   help="states to delete (default succeeded and cancelled; dead is kept)")
-    p.add_argument("--queue", default=None)
+                   help="states to delete; repeat for more (default succeeded and cancelled; "
+                        "dead is kept)")
+    p.add_argument("--queue", default=None, help="one queue (default: every queue)")
     p.add_argument("--all", action="store_true", help="repeat batches until none is left")
 
-    p = command("retry", cmd_retry, "replay a dead or cancelled job")
-    p.add_argument("job_id", type=_positive)
-    p.add_argument("--extra-attempts", type=_positive, default=1,
-                   help="attempts added to those the job had left (default 1)")
+    for name, fn, help_, states, default in (
+            ("retry", cmd_retry, "make dead (or cancelled) jobs ready again: by id, or every "
+             "job of a queue in a state", ["dead", "cancelled"], "dead"),
+            ("cancel", cmd_cancel, "cancel ready (or running) jobs: by id, or every job of "
+             "a queue in a state", ["ready", "running"], "ready")):
+        p = command(name, fn, help_)
+        p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                       help="jobs to act on (URL may be left out when $PORTQ_URL is set)")
+        p.add_argument("--queue", default=None, help="act on the jobs of this queue instead")
+        p.add_argument("--state", action="append", choices=states,
+                       help=f"with --queue: jobs in this state; repeat for more (default "
+                            f"{default})")
+        p.add_argument("--limit", type=_positive, default=1000,
+                       help="with --queue: most jobs per batch (default 1000)")
+        p.add_argument("--all", action="store_true",
+                       help="with --queue: repeat batches until none is left")
+        if name == "retry":
+            p.add_argument("--extra-attempts", type=_positive, default=1,
+                           help="attempts added to those the job had left (default 1)")
 
-    p = command("cancel", cmd_cancel, "cancel a ready or running job")
-    p.add_argument("job_id", type=_positive)
+    p = command("jobs", cmd_jobs, "list jobs by id: state, queue, priority, run_at, "
+                "attempts, key, last error")
+    p.add_argument("--state", default=ALL_STATES, choices=[*(s.value for s in State),
+                                                           ALL_STATES],
+                   help=f"only jobs in this state (default {ALL_STATES})")
+    p.add_argument("--queue", default=None, help="one queue (default: every queue)")
+    p.add_argument("--limit", type=_positive, default=50, help="most jobs shown (default 50)")
+    p.add_argument("--after-id", type=_non_negative, default=0, metavar="ID",
+                   help="start after this job id (the next page)")
 
-    p = command("jobs", cmd_jobs, "list jobs in one state")
-    p.add_argument("--state", default="dead",
-                   choices=["ready", "running", "succeeded", "dead", "cancelled"])
-    p.add_argument("--queue", default=None)
-    p.add_argument("--limit", type=_positive, default=50)
-    p.add_argument("--json", action="store_true")
+    p = command("job", cmd_job, "one job in full, with the error of every failed attempt")
+    p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                   help="the job (URL may be left out when $PORTQ_URL is set)")
 
+    from portq.conformance.plugin import TEST_PREFIX
     p = command("conformance", cmd_conformance,
-                "run the conformance suite against URL (exit 0 only if nothing failed)")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                   help="extra pytest arguments, e.g. -k claim")
+                "check URL's engine against portq's conformance suite; prints the engine, "
+                "then each property passed, failed or skipped (exit 0 only if none failed)",
+                prefix=TEST_PREFIX, json_help="print the report as JSON")
+    p.add_argument("--junit", metavar="FILE", default=None,
+                   help="also write a JUnit XML report to FILE")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the suite's tables afterwards (default: dropped)")
+    p.set_defaults(pytest_args=[])
+    p.epilog = "Arguments after -- go to pytest, e.g. portq conformance URL -- -k claim"
 
-    p = command("demo", cmd_demo, f"enqueue and work a batch of jobs (default {DEFAULT_DEMO_URL})")
-    p.add_argument("--jobs", type=_positive, default=5000)
-    p.add_argument("--workers", type=_positive, default=4)
-    p.add_argument("--batch", type=_positive, default=20)
+    p = command("demo", cmd_demo, f"enqueue and work a batch of jobs (default {DEFAULT_DEMO_URL})",
+                json_help=None)
+    p.add_argument("--jobs", type=_positive, default=5000,
+                   help="jobs to enqueue and work (default 5000)")
+    p.add_argument("--workers", type=_positive, default=4,
+                   help="handler threads (default 4)")
+    p.add_argument("--batch", type=_positive, default=20,
+                   help="jobs claimed per claim statement (default 20)")
 
     from portq import bench
     p = command("bench", cmd_bench, "measure claim cost vs table size, throughput and "
-                "enqueue rate in portqb_ tables (dropped afterwards)")
+                "enqueue rate in portqb_ tables (dropped afterwards)",
+                json_help="print the report as JSON")
     p.add_argument("--scenario", action="append", choices=bench.SCENARIOS,
                    help="repeat for more (default: all but pickup)")
-    p.add_argument("--jobs", type=_positive, default=bench.DEFAULT_JOBS)
+    p.add_argument("--jobs", type=_positive, default=bench.DEFAULT_JOBS,
+                   help=f"jobs per throughput run (default {bench.DEFAULT_JOBS})")
     p.add_argument("--workers", type=_int_list, default=list(bench.DEFAULT_WORKERS),
                    help="worker thread counts, e.g. 4 or 1,2,4,8 (default)")
     p.add_argument("--batch", type=_int_list, default=list(bench.DEFAULT_BATCHES),
@@ -513,16 +761,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=_sizes, default=list(bench.DEFAULT_SIZES),
                    help="claim-latency sizes: READY[/TOTAL],... ready jobs per queue "
                         "(default 1000,10000,100000,100000/1000000)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
+def _join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``--delay -5s`` -> ``--delay=-5s``: argparse takes a value that starts with '-' for an
+    option and says "expected one argument"; joined, the value reaches its type check."""
+    out: list[str] = []
+    for arg in argv:
+        if out and re.match(r"^-\d", arg) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+_ARGV: list[str] = []  # the command line being parsed, for PortqParser's hints
+
+
+class PortqParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors suggest the closest option for each mistyped one
+    (Python 3.11's argparse does not)."""
+
+    def error(self, message: str) -> NoReturn:
+        hints = self.hints(_ARGV)
+        super().error(message + (f"; {'; '.join(hints)}" if hints else ""))
+
+    def hints(self, argv: Sequence[str]) -> list[str]:
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        out = []
+        for arg in argv:
+            flag = arg.split("=")[0]
+            if not flag.startswith("--") or any(k.startswith(flag) for k in known):
+                continue
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                out.append(f"unknown option {flag} (did you mean {close[0]}?)")
+        return out
+
+
+def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                   extras: Sequence[str]) -> NoReturn:
+    """Refuse unknown arguments with the command's own parser (which adds the hints)."""
+    sub = parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(args, "command", ""), parser)
+    sub.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _ARGV[:] = argv
+    args, extras = parser.parse_known_args(_join_negative_values(argv))
+    if extras:
+        _refuse_extras(parser, args, extras)
+    if passthrough:
+        if args.command != "conformance":
+            parser.error(f"arguments after -- are only for conformance: {' '.join(passthrough)}")
+        args.pytest_args = passthrough
+    level = getattr(args, "log_level", None) or os.environ.get("PORTQ_LOG_LEVEL", "INFO").upper()
+    log_format = getattr(args, "log_format", None) or os.environ.get("PORTQ_LOG_FORMAT", "text")
+    if level not in LEVELS or log_format not in FORMATS:
+        parser.error(f"log level {level!r} / format {log_format!r}: levels are "
+                     f"{', '.join(LEVELS)}; formats {', '.join(FORMATS)}")
+    configure_logging(level, log_format)
     try:
         return int(args.fn(args))
     except PortqError as exc:

@@ -45,9 +45,16 @@ class Job:
     claim: Claim | None = field(default=None, repr=False, compare=False)
 
 
+ACTIVE_STATES = (State.READY, State.RUNNING)
+#: ``state`` value of :meth:`portq.Queue.jobs` for every state
+ALL_STATES = "all"
+#: the window of :class:`QueueStats`' failed_1h, succeeded_1h and retry_rate
+STATS_WINDOW_S = 3600
+
+
 @dataclass(frozen=True)
 class JobRecord:
-    """A job row as an operator sees it (``portq jobs``)."""
+    """A whole job row as an operator sees it (``portq jobs``, ``portq job``)."""
 
     id: int
     queue: str
@@ -64,6 +71,50 @@ class JobRecord:
     created_at: datetime | None
     finished_at: datetime | None
 
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 strings."""
+        return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What an enqueue did: ``created`` is False when the job's key already named a job,
+    whose id ``id`` then is (nothing was inserted)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class JobError:
+    """One failed attempt of a job, as recorded when it failed."""
+
+    attempt: int
+    worker_id: str
+    error: str
+    failed_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a backend is connected to (``portq conformance`` prints it first)."""
+
+    engine: str
+    server_version: str
+    driver: str
+    driver_version: str
+    isolation: str | None   # of portq's transactions; None where the engine cannot say
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
 
 @dataclass(frozen=True)
 class QueueStats:
@@ -77,7 +128,26 @@ class QueueStats:
     dead: int
     cancelled: int
     oldest_ready_age_s: float | None
-    retry_rate: float | None
+    #: over the last :data:`STATS_WINDOW_S` seconds (recorded attempts, by the DB clock):
+    #: failed attempts, jobs that succeeded, and failed / (failed + succeeded)
+    failed_1h: int = 0
+    succeeded_1h: int = 0
+    retry_rate: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def error_line(text: str | None) -> str:
+    """The line that says what went wrong: for a Python traceback, the first line of the
+    exception after its frames (``ValueError: bad input``); otherwise the first line."""
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if frames:
+        rest = lines[frames[-1] + 1:]
+        after = [line for line in rest if not line.startswith(" ")]
+        if after:
+            return after[0].strip()
+    return lines[0].strip()

@@ -2,11 +2,14 @@
 
 The format is small and stable (``# HELP``/``# TYPE`` lines, then ``name{labels} value``),
 so portq writes it itself rather than requiring ``prometheus_client``. Counters come from
-:class:`portq.worker.WorkerCounters`; claim latency is a histogram fed by the worker's
-``counters.claim_observers``; queue depth and the oldest ready job's age are read from
-:meth:`portq.Queue.stats` at scrape time (by the database clock)::
+:class:`portq.worker.WorkerCounters`, one series per queue; claim latency is a histogram
+per queue fed by the worker's ``counters.claim_observers``; queue depth and the oldest
+ready job's age are read from :meth:`portq.Queue.stats` at scrape time (by the database
+clock). A :class:`portq.Worker` or a :class:`portq.aio.AsyncWorker` (with its
+``AsyncQueue``) is served the same way::
 
     server = serve_metrics(queue, worker, port=9464)   # http://127.0.0.1:9464/metrics
+    server = serve_metrics(queue, worker, 9464, host="0.0.0.0")   # every interface
     ...
     server.close()
 """
@@ -18,10 +21,10 @@ import logging
 import threading
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from portq.queue import Queue
-from portq.worker import Worker, WorkerCounters
+from portq.worker import WorkerCounters
 
 log = logging.getLogger("portq.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -51,39 +54,61 @@ class Histogram:
             self.counts[bisect.bisect_left(self.buckets, seconds)] += 1
             self.total += seconds
 
-    def lines(self, name: str) -> list[str]:
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        """Sample lines; ``labels`` (e.g. ``queue="q"``) go before ``le``."""
         with self._lock:
             counts, total = list(self.counts), self.total
         out, running = [], 0
+        sep = "," if labels else ""
         for bound, n in zip((*self.buckets, float("inf")), counts, strict=True):
             running += n
             le = "+Inf" if bound == float("inf") else repr(bound)
-            out.append(f'{name}_bucket{{le="{le}"}} {running}')
-        out += [f"{name}_sum {total!r}", f"{name}_count {running}"]
+            out.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {running}')
+        tail = f"{{{labels}}}" if labels else ""
+        out += [f"{name}_sum{tail} {total!r}", f"{name}_count{tail} {running}"]
         return out
+
+
+class ServedWorker(Protocol):
+    """What metrics read of a worker (:class:`portq.Worker` or ``portq.aio.AsyncWorker``)."""
+
+    counters: WorkerCounters
+    queues: list[str]
+
+    @property
+    def inflight(self) -> int: ...
 
 
 class WorkerMetrics:
     """Renders one worker's counters and its queues' stats as Prometheus text."""
 
-    def __init__(self, queue: Queue, worker: Worker) -> None:
+    def __init__(self, queue: Queue, worker: ServedWorker) -> None:
         self.queue = queue
         self.worker = worker
-        self.claim_latency = Histogram()
-        for seconds in worker.counters.claim_seconds:  # claims made before metrics started
-            self.claim_latency.observe(seconds)
-        worker.counters.claim_observers.append(self.claim_latency.observe)
+        self.claim_latency = {name: Histogram() for name in worker.queues}
+        for qname, seconds in list(worker.counters.claims):  # claims before metrics started
+            self._observe(seconds, qname)
+        worker.counters.claim_observers.append(self._observe)
+
+    def _observe(self, seconds: float, queue: str) -> None:
+        histogram = self.claim_latency.get(queue)
+        if histogram is not None:
+            histogram.observe(seconds)
 
     def render(self) -> str:
         counters: WorkerCounters = self.worker.counters
+        per_queue = {name: dict(counters.by_queue.get(name, {})) for name in self.worker.queues}
         lines: list[str] = []
         for suffix, field_name, help_ in COUNTERS:
             name = f"portq_jobs_{suffix}_total"
-            lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter",
-                      f"{name} {getattr(counters, field_name)}"]
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
+            lines += [f'{name}{{queue="{_escape(q)}"}} {per.get(field_name, 0)}'
+                      for q, per in per_queue.items()]
         name = "portq_claim_duration_seconds"
         lines += [f"# HELP {name} Time one claim statement took (empty claims included).",
-                  f"# TYPE {name} histogram", *self.claim_latency.lines(name)]
+                  f"# TYPE {name} histogram"]
+        for q, histogram in self.claim_latency.items():
+            lines += histogram.lines(name, f'queue="{_escape(q)}"')
         lines += ["# HELP portq_worker_inflight Jobs this worker is running now.",
                   "# TYPE portq_worker_inflight gauge",
                   f"portq_worker_inflight {self.worker.inflight}"]
@@ -164,7 +189,10 @@ class MetricsServer:
         self.httpd.server_close()
 
 
-def serve_metrics(queue: Queue, worker: Worker, port: int,
+def serve_metrics(queue: Any, worker: ServedWorker, port: int,
                   host: str = "127.0.0.1") -> MetricsServer:
-    """Serve ``worker``'s metrics at ``http://host:port/metrics`` (port 0: any free port)."""
-    return MetricsServer(WorkerMetrics(queue, worker), port, host)
+    """Serve ``worker``'s metrics at ``http://host:port/metrics`` (port 0: any free port;
+    host ``0.0.0.0``: every interface). ``queue`` is the worker's :class:`portq.Queue` or
+    ``portq.aio.AsyncQueue``; stats are read through the sync one on the server's thread."""
+    sync_queue = queue if isinstance(queue, Queue) else queue.queue
+    return MetricsServer(WorkerMetrics(sync_queue, worker), port, host)

@@ -47,7 +47,7 @@ from typing import Any, Generic, TypeVar
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.handler import HandlerRunner
-from portq.job import Job
+from portq.job import Job, error_line
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
 from portq.retry import Backoff
 
@@ -81,25 +81,36 @@ class WorkerCounters:
     reaped: int = 0
     pruned: int = 0
     claim_seconds: list[float] = field(default_factory=list, repr=False)
-    #: called with every claim's duration (e.g. a metrics histogram)
-    claim_observers: list[Callable[[float], None]] = field(default_factory=list, repr=False)
+    #: the most recent claims as (queue, seconds), as many as ``claim_seconds``
+    claims: list[tuple[str, float]] = field(default_factory=list, repr=False)
+    #: called with every claim's duration and queue (e.g. a metrics histogram)
+    claim_observers: list[Callable[[float, str], None]] = field(default_factory=list,
+                                                                repr=False)
+    #: the job counters per queue: queue -> counter -> n (reaped and pruned span queues)
+    by_queue: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, int]:
         return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
-    def add(self, counter: str, n: int = 1) -> None:
-        """Add ``n`` to ``counter`` (e.g. ``"succeeded"``); safe from any thread."""
+    def add(self, counter: str, n: int = 1, queue: str | None = None) -> None:
+        """Add ``n`` to ``counter`` (e.g. ``"succeeded"``), and to ``queue``'s; safe from
+        any thread."""
         with self._lock:
             setattr(self, counter, getattr(self, counter) + n)
+            if queue is not None:
+                per = self.by_queue.setdefault(queue, {})
+                per[counter] = per.get(counter, 0) + n
 
-    def record_claim(self, seconds: float) -> None:
+    def record_claim(self, seconds: float, queue: str = "") -> None:
         """Keep one claim's duration (the most recent 5,000-10,000) and tell the observers."""
         self.claim_seconds.append(seconds)
+        self.claims.append((queue, seconds))
         if len(self.claim_seconds) > 10_000:
             del self.claim_seconds[:5_000]
+            del self.claims[:5_000]
         for observe in self.claim_observers:
-            observe(seconds)
+            observe(seconds, queue)
 
 
 class Pacing:
@@ -407,11 +418,12 @@ class Worker:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
         self._start_threads()
-        log.info("worker.started worker=%s queues=%s concurrency=%d lease=%.1fs "
-                 "look_ahead=%s claim_loops=%d url=%s", self.worker_id,
-                 ",".join(self.queues), self.concurrency, self.lease,
+        log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
+                 "lease=%gs look_ahead=%s claim_loops=%d", self.worker_id,
+                 self.queue.backend.engine, self.queue.url, ",".join(self.queues),
+                 self.concurrency, self.lease,
                  f"auto<={self.prefetch}" if self.auto_lookahead else self.prefetch,
-                 self.claimers, self.queue.url)
+                 self.claimers)
         try:
             self._claim_loop()
         finally:
@@ -556,7 +568,7 @@ class Worker:
                 self._claiming -= want
             raise
         took = time.perf_counter() - started
-        self.counters.record_claim(took)
+        self.counters.record_claim(took, name)
         claimed_at = time.monotonic()
         with self._lock:
             self.lookahead.claim_took(took)
@@ -564,11 +576,11 @@ class Worker:
             for job in jobs:
                 self._inflight[job.id] = job
             self._busy += len(jobs)
-            self.counters.add("claimed", len(jobs))
-        if log.isEnabledFor(logging.INFO):
+            self.counters.add("claimed", len(jobs), name)
+        if log.isEnabledFor(logging.DEBUG):
             for job in jobs:
-                log.info("job.claimed job_id=%d queue=%s generation=%d worker=%s",
-                         job.id, job.queue, job.attempt, self.worker_id)
+                log.debug("job.claimed job_id=%d queue=%s generation=%d worker=%s",
+                          job.id, job.queue, job.attempt, self.worker_id)
         self._tasks.put_many((job, claimed_at) for job in jobs)
         return len(jobs)
 
@@ -727,26 +739,26 @@ class Worker:
                 retry_in: float | None) -> None:
         """Count and log one written outcome."""
         if not ok:
-            self.counters.add("lost")
+            self.counters.add("lost", queue=job.queue)
             log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
                         "or an expired lease; outcome %s not recorded%s",
                         job.id, job.queue, job.attempt, self.worker_id, outcome,
                         " (or recorded by the earlier attempt whose connection dropped "
                         "during COMMIT)" if interrupted else "")
         elif outcome == "succeeded":
-            self.counters.add("succeeded")
-            log.info("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
-                     job.id, job.queue, job.attempt, self.worker_id)
+            self.counters.add("succeeded", queue=job.queue)
+            log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
+                      job.id, job.queue, job.attempt, self.worker_id)
         elif retry_in is None or job.attempt >= job.max_attempts:
-            self.counters.add("dead")
-            log.warning("job.dead job_id=%d queue=%s generation=%d worker=%s error=%s",
-                        job.id, job.queue, job.attempt, self.worker_id,
-                        error.strip().splitlines()[-1] if error.strip() else "")
+            self.counters.add("dead", queue=job.queue)
+            log.warning("job.dead job_id=%d queue=%s generation=%d attempt=%d/%d worker=%s "
+                        "error=%s", job.id, job.queue, job.attempt, job.attempt,
+                        job.max_attempts, self.worker_id, error_line(error))
         else:
-            self.counters.add("retried")
-            log.info("job.retry job_id=%d queue=%s generation=%d worker=%s in=%.2fs error=%s",
-                     job.id, job.queue, job.attempt, self.worker_id, retry_in,
-                     error.strip().splitlines()[-1] if error.strip() else "")
+            self.counters.add("retried", queue=job.queue)
+            log.info("job.retry job_id=%d queue=%s generation=%d attempt=%d/%d worker=%s "
+                     "in=%.2fs error=%s", job.id, job.queue, job.attempt, job.attempt,
+                     job.max_attempts, self.worker_id, retry_in, error_line(error))
 
     def _ack_loop(self) -> None:
         """The completion batcher: write the completions handed over by handler threads,
@@ -785,7 +797,7 @@ class Worker:
                         if lost:
                             del self._inflight[job.id]
                     if lost:
-                        self.counters.add("lost")
+                        self.counters.add("lost", queue=job.queue)
                         log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
                                     "lease renewal refused", job.id, job.queue, job.attempt,
                                     self.worker_id)
@@ -855,7 +867,7 @@ class Worker:
         for job in jobs:
             try:
                 if self.queue.release(job):
-                    self.counters.add("released")
+                    self.counters.add("released", queue=job.queue)
                     log.warning("job.released job_id=%d queue=%s generation=%d worker=%s "
                                 "(%s)", job.id, job.queue, job.attempt, self.worker_id, why)
             except Exception as exc:  # noqa: BLE001 - its lease will expire instead
@@ -872,8 +884,8 @@ class Worker:
                 log.error("worker.killed worker=%s: second signal, exiting at once",
                           self.worker_id)
                 os._exit(128 + signum)
-            log.warning("worker.stopping worker=%s signal=%s grace=%.0fs",
-                        self.worker_id, signal.Signals(signum).name, self.grace)
+            log.info("worker.stopping worker=%s signal=%s grace=%gs",
+                     self.worker_id, signal.Signals(signum).name, self.grace)
             self.stop()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
@@ -25,13 +26,14 @@ def test_enqueue_worker_stats_round_trip(engine_url: str, qname: str, tmp_path: 
     env = {"PORTQ_URL": engine_url, "PORTQ_TEST_OUT": str(out)}
     prefix = ["--prefix", "portqt_"]
     run_portq("migrate", *prefix, env=env)
-    first = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
-                          "--key", qname + "-a", env=env).stdout)
-    again = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
-                          "--key", qname + "-a", env=env).stdout)
-    second = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
-                           "--priority", "5", env=env).stdout)
-    later = int(run_portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
+
+    def enqueue(*args: str) -> int:
+        return int(json.loads(run_portq("enqueue", *prefix, "--queue", qname, "--json", *args,
+                                        env=env).stdout)["id"])
+    first = enqueue("--payload", '{"n": 1}', "--key", qname + "-a")
+    again = enqueue("--payload", '{"n": 2}', "--key", qname + "-a")
+    second = enqueue("--payload", "[1, 2]", "--priority", "5")
+    later = enqueue("--delay", "1h")
     assert first == again and len({first, second, later}) == 3
     run_portq("worker", *prefix, "--queue", qname, "--handler", "cli_handlers:handle", "--burst",
               "--concurrency", "2", env=env, cwd=tmp_path)
@@ -54,11 +56,13 @@ def test_url_is_required_and_errors_are_clear(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--payload is not valid JSON" in proc.stderr
 
 
-@pytest.mark.parametrize("text", ["90", "30s", "15m", "2h", "7d", "250ms"])
+@pytest.mark.parametrize("text", ["30s", "15m", "2h", "7d", "250ms", "1w", "1.5s"])
 def test_durations(text: str) -> None:
-    from portq.cli import parse_duration
-    seconds = {"90": 90, "30s": 30, "15m": 900, "2h": 7200, "7d": 604800, "250ms": 0.25}[text]
+    from portq.cli import format_duration, parse_duration
+    seconds = {"30s": 30, "15m": 900, "2h": 7200, "7d": 604800, "250ms": 0.25, "1w": 604800,
+               "1.5s": 1.5}[text]
     assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
 
 
 def test_demo_on_sqlite(tmp_path: Path) -> None:
@@ -85,15 +89,18 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     assert str(dead_id) in run_portq("jobs", *prefix, "--queue", qname, env=env).stdout
 
     assert run_portq("retry", *prefix, str(dead_id), "--extra-attempts", "2", env=env).stdout \
-        .strip() == "retried"
+        .strip() == f"retried job {dead_id}"
     (again,) = queue.jobs("ready", queue=qname)
     assert (again.id, again.attempts, again.max_attempts) == (dead_id, 1, 3)
     refused = run_portq("retry", *prefix, str(dead_id), env=env, check=False)
-    assert refused.returncode == 1 and "not dead or cancelled" in refused.stdout
+    assert refused.returncode == 1
+    assert refused.stdout.strip() == f"job {dead_id} is ready, not dead or cancelled"
 
-    assert run_portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == "cancelled"
+    assert run_portq("cancel", *prefix, str(dead_id), env=env).stdout.strip() == \
+        f"cancelled job {dead_id}"
     refused = run_portq("cancel", *prefix, str(dead_id), env=env, check=False)
-    assert refused.returncode == 1 and "not ready or running" in refused.stdout
+    assert refused.returncode == 1
+    assert refused.stdout.strip() == f"job {dead_id} is cancelled, not ready or running"
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]
 
     expired_id = queue.enqueue(qname, {"n": "expired"})
@@ -102,23 +109,26 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
     # on a shared server another test run's worker may reap this table first; the SQLite
     # file is this session's own
     alone = queue.backend.engine == "sqlite"
-    assert int(run_portq("reap", *prefix, "--delay", "0", env=env).stdout) >= (1 if alone else 0)
+    reaped_n = json.loads(run_portq("reap", *prefix, "--delay", "0s", "--json", env=env).stdout)
+    assert reaped_n["reaped"] >= (1 if alone else 0)
     (reaped,) = queue.jobs("ready", queue=qname)
     assert reaped.id == expired_id and reaped.last_error is not None
     assert "lease expired" in reaped.last_error
     (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert row["ready"] == 1 and row["oldest_ready_age_s"] is not None
-    assert row["retry_rate"] is not None and row["retry_rate"] > 0  # the reaped job retries
+    assert (row["failed_1h"], row["succeeded_1h"], row["retry_rate"]) == (1, 0, 1.0)
 
     claimed: list[Any] = []
     assert wait_until(lambda: bool(claimed.extend(queue.claim(qname, "cli-test", lease=30))
                                    or claimed), timeout=10)
     assert queue.complete(claimed[0]) is True
-    assert int(run_portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
-                         env=env).stdout) == 0
+    assert run_portq("prune", *prefix, "--older-than", "7d", "--queue", qname,
+                     env=env).stdout.strip() == \
+        f"deleted 0 succeeded or cancelled jobs older than 7d from queue {qname}"
     time.sleep(0.05)
-    assert int(run_portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
-                         "succeeded", env=env).stdout) == 1
+    assert run_portq("prune", *prefix, "--older-than", "0s", "--queue", qname, "--state",
+                     "succeeded", env=env).stdout.strip() == \
+        f"deleted 1 succeeded job older than 0s from queue {qname}"
     assert queue.jobs("succeeded", queue=qname) == []
     assert [r.id for r in queue.jobs("cancelled", queue=qname)] == [dead_id]  # not named
 
@@ -160,7 +170,7 @@ def test_worker_runs_an_async_handler_once(engine_url: str, queue: Any, qname: s
     assert queue.stats(qname)[0].ready == 6, "a refused worker claimed a job"
     proc = run_portq("worker", *prefix, "--queue", qname, "--handler", "async_handlers:handle",
                      "--burst", "--concurrency", "2", "--backoff", "fixed", "--backoff-base",
-                     "0", env=env, cwd=tmp_path)
+                     "0s", env=env, cwd=tmp_path)
     assert "never awaited" not in proc.stderr and "RuntimeWarning" not in proc.stderr
     calls = [(r["id"], r["attempt"]) for r in map(json.loads, out.read_text().splitlines())]
     assert sorted(calls) == sorted([(i, 1) for i in ids] + [(flaky, 1), (flaky, 2)])
@@ -184,3 +194,300 @@ def test_worker_tuning_flags_are_deprecated_with_one_line(tmp_path: Path) -> Non
     lines = [line for line in tuned.stderr.splitlines() if "deprecated" in line]
     assert len(lines) == 1 and "--prefetch, --claimers" in lines[0], tuned.stderr
     assert "DeprecationWarning" not in tuned.stderr
+
+
+# ---- issue 16: help, flags, durations, logging ----------------------------------------------
+
+def test_version_and_help_text_for_every_option() -> None:
+    import portq
+    from portq.cli import build_parser
+    assert run_portq("--version").stdout.strip() == f"portq {portq.__version__}"
+    top = run_portq("--help").stdout
+    assert "``" not in top and "$PORTQ_URL" in top
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = [f"{name} {a.dest}" for name, p in sub.choices.items() for a in p._actions
+               if not a.help and a.dest not in ("help",)]
+    assert missing == [], f"options without help text: {missing}"
+    worker_help = run_portq("worker", "--help").stdout
+    for flag in ("--log-level", "--log-format", "--concurrency", "--lease", "--metrics-host"):
+        assert flag in worker_help
+    assert "minimum 1s" in worker_help and "(default 30s)" in worker_help
+    assert "default portqt_" in run_portq("conformance", "--help").stdout
+    assert "default all" in run_portq("jobs", "--help").stdout
+
+
+@pytest.mark.parametrize(("args", "hint"), [
+    (["worker", "--queue", "q", "--handler", "m:f", "--concurency", "4"], "--concurrency"),
+    (["prune", "--older-then", "7d"], "--older-than"),
+    (["jobs", "--stat", "dead", "--limt", "3"], "--limit"),
+])
+def test_mistyped_flags_suggest_the_right_one(args: list[str], hint: str) -> None:
+    proc = run_portq(*args, env={"PORTQ_URL": "sqlite:///unused.db"}, check=False)
+    assert proc.returncode == 2
+    assert f"(did you mean {hint}?)" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["prune", "--older-than", "7"], "duration '7' needs a unit: one of ms, s, m, h, d or w"),
+    (["reap", "--delay", "1"], "duration '1' needs a unit"),
+    (["enqueue", "--queue", "q", "--delay", "-5s"],
+     "argument --delay: invalid duration '-5s': must not be negative"),
+    (["worker", "--queue", "q", "--handler", "m:f", "--lease", "1ms"],
+     "lease '1ms' is too short: the heartbeat renews a lease every third of it, so the "
+     "minimum is 1s"),
+    (["worker", "--queue", "q", "--handler", "m:f", "--grace", "5x"], "invalid duration '5x'"),
+])
+def test_durations_need_a_unit_on_the_cli(args: list[str], message: str) -> None:
+    proc = run_portq(*args, env={"PORTQ_URL": "sqlite:///unused.db"}, check=False)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_log_options_before_or_after_the_command(tmp_path: Path) -> None:
+    for n, args in enumerate((["--log-format", "json", "--log-level", "debug", "migrate"],
+                              ["migrate", "--log-format", "json", "--log-level", "DEBUG"])):
+        url = f"sqlite:///{tmp_path}/logs{n}.db"
+        proc = run_portq(*args, url, env={"PORTQ_LOG_LEVEL": None})
+        records = [json.loads(line) for line in proc.stderr.splitlines()]
+        assert records and {"time", "level", "logger", "message"} <= set(records[0])
+    quiet = run_portq("migrate", f"sqlite:///{tmp_path}/quiet.db", "--log-level", "ERROR",
+                      env={"PORTQ_LOG_LEVEL": None})
+    assert quiet.stderr == ""
+    default = run_portq("migrate", f"sqlite:///{tmp_path}/fresh.db",
+                        env={"PORTQ_LOG_LEVEL": None})
+    assert " INFO portq.backend migrated sqlite schema to version" in default.stderr
+
+
+# ---- issue 16: commands say what they did ------------------------------------------------------
+
+def test_migrate_says_whether_it_created_the_schema(tmp_path: Path) -> None:
+    from portq.sql import load_migrations
+    url = f"sqlite:///{tmp_path}/m.db"
+    version = max(v for v, _ in load_migrations("sqlite", "portq_"))
+    assert run_portq("migrate", url).stdout.startswith(f"created schema v{version} (")
+    assert run_portq("migrate", url).stdout.startswith(f"schema already at v{version} (")
+    data = json.loads(run_portq("migrate", url, "--json").stdout)
+    assert data == {"url": url, "prefix": "portq_", "before": version, "version": version,
+                    "changed": False}
+
+
+def test_enqueue_says_new_or_existing(engine_url: str, qname: str) -> None:
+    env = {"PORTQ_URL": engine_url}
+    base = ["enqueue", "--prefix", "portqt_", "--queue", qname, "--key", f"{qname}-dup"]
+    first = run_portq(*base, env=env).stdout.strip()
+    assert first.startswith("created job ") and first.endswith(f" on queue {qname}")
+    job_id = int(first.split()[2])
+    assert run_portq(*base, env=env).stdout.strip() == f"existing job {job_id} (key {qname}-dup)"
+    assert json.loads(run_portq(*base, "--json", env=env).stdout) == {
+        "id": job_id, "created": False, "queue": qname, "key": f"{qname}-dup"}
+
+
+def test_retry_and_cancel_by_id_without_url_and_unknown_ids(engine_url: str, queue: Any,
+                                                            qname: str) -> None:
+    env = {"PORTQ_URL": engine_url}
+    prefix = ["--prefix", "portqt_"]
+    dead = []
+    for _ in range(2):
+        job_id = queue.enqueue(qname, "x", max_attempts=1)
+        (job,) = queue.claim(qname, "w", limit=1)
+        assert queue.fail(job, "boom", retry_in=None)
+        dead.append(job_id)
+    missing = dead[-1] + 10_000_000
+    proc = run_portq("retry", str(dead[0]), str(dead[1]), str(missing), *prefix, env=env,
+                     check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == [f"retried job {dead[0]}", f"retried job {dead[1]}",
+                                        f"no such job {missing}"]
+    assert {r.state for r in queue.jobs(queue=qname)} == {"ready"}
+    proc = run_portq("cancel", str(missing), *prefix, "--json", env=env, check=False)
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout) == [{"id": missing, "result": "no such job"}]
+    proc = run_portq("retry", "x1", *prefix, env=env, check=False)
+    assert proc.returncode == 2 and "job id 'x1' is not a positive integer" in proc.stderr
+
+
+def test_jobs_lists_every_state_and_job_shows_the_error_history(engine_url: str, queue: Any,
+                                                                 qname: str) -> None:
+    env = {"PORTQ_URL": engine_url}
+    prefix = ["--prefix", "portqt_"]
+    ready = queue.enqueue(qname, {"n": 1}, priority=7, key=f"{qname}-k")
+    failing = queue.enqueue(qname, {"n": 2}, max_attempts=2, priority=9)  # claimed first
+    for attempt in (1, 2):
+        (job,) = queue.claim(qname, "cli-w", limit=1)
+        assert job.id == failing
+        assert queue.fail(job, "Traceback (most recent call last):\n  File \"h.py\", line 1,"
+                          f" in f\n    x()\nValueError: bad row {attempt}\n", retry_in=0)
+    table = run_portq("jobs", *prefix, "--queue", qname, env=env).stdout.splitlines()
+    assert table[0].split() == ["id", "state", "queue", "priority", "run_at", "attempts",
+                                "key", "last_error"]
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert " ready " in rows[str(ready)] and " 7 " in rows[str(ready)]
+    assert "0/25" in rows[str(ready)] and f"{qname}-k" in rows[str(ready)]
+    assert " dead " in rows[str(failing)] and "2/2" in rows[str(failing)]
+    assert rows[str(failing)].endswith("ValueError: bad row 2")
+    only_dead = json.loads(run_portq("jobs", *prefix, "--queue", qname, "--state", "dead",
+                                     "--json", env=env).stdout)
+    assert [r["id"] for r in only_dead] == [failing] and only_dead[0]["attempts"] == 2
+    paged = run_portq("jobs", *prefix, "--queue", qname, "--limit", "1", env=env).stdout
+    assert f"next page: --after-id {ready}" in paged
+    shown = run_portq("job", str(failing), *prefix, env=env).stdout
+    assert "state        dead" in shown and "attempts     2/2" in shown
+    assert "errors (2 recorded attempts):" in shown
+    assert "attempt 1 by cli-w at " in shown and "    ValueError: bad row 1" in shown
+    data = json.loads(run_portq("job", str(failing), *prefix, "--json", env=env).stdout)
+    assert [e["attempt"] for e in data["errors"]] == [1, 2] and data["payload"] == {"n": 2}
+    gone = run_portq("job", "99999999", *prefix, env=env, check=False)
+    assert gone.returncode == 1 and gone.stdout.strip() == "no such job 99999999"
+
+
+def test_bulk_retry_and_cancel_in_bounded_batches(engine_url: str, queue: Any,
+                                                  qname: str) -> None:
+    env = {"PORTQ_URL": engine_url}
+    prefix = ["--prefix", "portqt_"]
+    queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1} for i in range(5)])
+    for job in queue.claim(qname, "w", limit=5):
+        assert queue.fail(job, "boom", retry_in=None)
+    bulk = ["retry", *prefix, "--queue", qname, "--state", "dead", "--limit", "2"]
+    assert run_portq(*bulk, env=env).stdout.strip() == \
+        f"retried 2 dead jobs of queue {qname}; more may be left: repeat, or add --all"
+    assert json.loads(run_portq(*bulk, "--all", "--json", env=env).stdout) == {
+        "retried": 3, "queue": qname, "states": ["dead"], "more": False}
+    assert {r.state for r in queue.jobs(queue=qname)} == {"ready"}
+    assert run_portq("cancel", *prefix, "--queue", qname, "--all", "--limit", "2",
+                     env=env).stdout.strip() == f"cancelled 5 ready jobs of queue {qname}"
+    assert {r.state for r in queue.jobs(queue=qname)} == {"cancelled"}
+    proc = run_portq("retry", *prefix, env=env, check=False)
+    assert proc.returncode == 2 and "give job ids, or --queue Q" in proc.stderr
+
+
+# ---- issue 16: worker logs ---------------------------------------------------------------------
+
+FLAKY = '''
+def handle(job):
+    if job.payload == "flaky" and job.attempt == 1:
+        raise ValueError("upstream said no\\nsecond line")
+    if job.payload == "bad":
+        raise KeyError("missing")
+'''
+
+
+def test_worker_logs_start_retries_dead_and_shutdown_at_info(engine_url: str, queue: Any,
+                                                              qname: str, tmp_path: Path
+                                                              ) -> None:
+    (tmp_path / "flaky_handlers.py").write_text(FLAKY)
+    flaky = queue.enqueue(qname, "flaky", max_attempts=3)
+    bad = queue.enqueue(qname, "bad", max_attempts=1)
+    queue.enqueue(qname, "ok")
+    proc = run_portq("worker", engine_url, "--prefix", "portqt_", "--queue", qname,
+                     "--handler", "flaky_handlers:handle", "--burst", "--backoff", "fixed",
+                     "--backoff-base", "0s", "--concurrency", "2", "--lease", "20s",
+                     cwd=tmp_path, env={"PORTQ_LOG_LEVEL": None})
+    lines = proc.stderr.splitlines()
+    (start,) = [line for line in lines if "worker.started" in line]
+    engine = queue.backend.engine
+    assert " INFO portq.worker worker.started worker=" in start
+    for part in (f"engine={engine}", f"queues={qname}", "concurrency=2", "lease=20s",
+                 "prefetch=0", f"url={queue.url}"):
+        assert part in start, start
+    (retry,) = [line for line in lines if "job.retry" in line]
+    assert f"job_id={flaky} queue={qname}" in retry and "attempt=1/3" in retry
+    assert retry.endswith("error=ValueError: upstream said no"), retry
+    (dead,) = [line for line in lines if "job.dead" in line]
+    assert f"job_id={bad} queue={qname}" in dead and "attempt=1/1" in dead
+    assert dead.endswith("error=KeyError: 'missing'"), dead
+    (stopped,) = [line for line in lines if "worker.stopped" in line]
+    assert "claimed=4 succeeded=2 retried=1 dead=1 lost=0" in stopped
+    assert not [line for line in lines if "job.succeeded" in line or "job.claimed" in line]
+
+
+def test_sigterm_is_logged_at_info(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    url = f"sqlite:///{tmp_path}/t.db"
+    run_portq("migrate", url)
+    proc = subprocess.Popen([sys.executable, "-m", "portq.cli", "worker", url, "--queue", "q",
+                             "--handler", "json:loads"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        assert "worker.started" in proc.stderr.readline()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert " INFO portq.worker worker.stopping" in rest and "signal=SIGTERM" in rest
+    assert "WARNING" not in rest
+
+
+# ---- issue 16: portq conformance -------------------------------------------------------------
+
+def test_every_conformance_test_has_one_property() -> None:
+    import ast
+
+    from portq.conformance import SUITE_DIR
+    from portq.conformance.properties import PROPERTIES
+    tests = {node.name for path in SUITE_DIR.glob("test_*.py")
+             for node in ast.parse(path.read_text()).body
+             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+             and node.name.startswith("test_")}
+    mapped = [t for p in PROPERTIES for t in p.tests]
+    assert len(mapped) == len(set(mapped)), "a test is mapped to two properties"
+    assert sorted(tests - set(mapped)) == [], "tests without a property"
+    assert sorted(set(mapped) - tests) == [], "properties naming tests that do not exist"
+
+
+def test_conformance_unreachable_database_is_one_line_exit_2() -> None:
+    proc = run_portq("conformance", "postgresql://app:s3cret@127.0.0.1:1/nowhere",
+                     check=False, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("portq: error: cannot connect to postgresql://app:***@127.0.0.1:1/"
+                           "nowhere: "), line
+    assert "s3cret" not in line
+
+
+def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
+                                                          tmp_path: Path) -> None:
+    """A few tests of the suite through the real command: banner, properties, JSON, JUnit;
+    its own prefix (never the running suite's portqt_), dropped at the end, or kept."""
+    import portq
+    prefix = "portqc_"
+    junit = tmp_path / "report.xml"
+    selected = ["--", "-k", "claim_is_bounded or test_cancel or stale_generation"]
+    proc = run_portq("conformance", engine_url, "--prefix", prefix, "--json", "--junit",
+                     str(junit), *selected, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    engine = portq.url.parse_url(engine_url).engine
+    assert report["engine"]["engine"] == engine and report["engine"]["server_version"]
+    assert report["engine"]["driver_version"] and report["prefix"] == prefix
+    assert {p["property"]: p["result"] for p in report["properties"]} == {
+        "claim disjointness under concurrency": "passed", "fencing of stale owners": "passed",
+        "cancel, single and bulk": "passed"}
+    assert report["summary"]["passed"] == 4 and report["summary"]["failed"] == 0
+    assert report["passed"] is True
+    assert set(report["dropped_tables"]) >= {f"{prefix}job", f"{prefix}job_error"}
+    xml = junit.read_text()
+    assert 'name="portq_property" value="fencing of stale owners"' in xml
+    with portq.connect(engine_url, prefix=prefix) as q:
+        assert q.backend.existing_tables() == []
+
+    text = run_portq("conformance", engine_url, "--prefix", prefix, "--keep",
+                     "--", "-k", "test_cancel", check=False, timeout=300)
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert out.startswith("portq ") and "  engine     " in out and "  isolation  " in out
+    assert f"  prefix     {prefix} (tables kept at the end)" in out
+    assert "property" in out and "cancel, single and bulk" in out and "passed" in out
+    assert "2 passed, 0 failed in " in out and "kept the suite's tables" in out
+    assert "skipped" not in out.splitlines()[-1]   # .ci/run fails a run whose last line has it
+    try:
+        refused = run_portq("conformance", engine_url, "--prefix", prefix, check=False)
+        assert refused.returncode == 2
+        assert f"tables with prefix '{prefix}' already exist" in refused.stderr
+    finally:
+        with portq.connect(engine_url, prefix=prefix) as q:
+            q.backend.drop_schema()

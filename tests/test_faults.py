@@ -120,7 +120,7 @@ def test_restart_mid_run_loses_nothing(target: Any, engine_url: str, queue: port
         with calls_lock:
             calls.append((job.id, job.attempt, time.monotonic()))
 
-    caplog.set_level(logging.INFO, logger="portq")
+    caplog.set_level(logging.DEBUG, logger="portq")
     queues = [portq.connect(engine_url, prefix=TEST_PREFIX) for _ in range(n_workers)]
     workers = [Worker(q, qname, handler, concurrency=2, lease=lease, reap_interval=1.0,
                       reap_delay=0.1, prune_interval=None, idle_min=0.01, idle_max=0.2,

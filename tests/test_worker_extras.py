@@ -12,6 +12,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 import portq
 from portq.conformance.helpers import wait_until
 from portq.conformance.plugin import TEST_PREFIX
@@ -81,7 +83,7 @@ def test_metrics_endpoint_during_a_worker_run(engine_url: str, queue: portq.Queu
             except OSError:
                 return False
             if m.get(f"portq_queue_ready{label}", 0) > 0 and \
-                    m.get("portq_jobs_claimed_total", 0) >= 1:
+                    m.get(f"portq_jobs_claimed_total{label}", 0) >= 1:
                 seen_backlog.update(m)
                 return True
             return False
@@ -92,22 +94,28 @@ def test_metrics_endpoint_during_a_worker_run(engine_url: str, queue: portq.Queu
 
         def drained() -> bool:
             m = scrape(port)
-            return m["portq_jobs_succeeded_total"] == 12 and m[f"portq_queue_ready{label}"] == 0
+            return m[f"portq_jobs_succeeded_total{label}"] == 12 and \
+                m[f"portq_queue_ready{label}"] == 0
         assert wait_until(drained, timeout=60, interval=0.2)
         m = scrape(port)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
-    assert m["portq_jobs_claimed_total"] == 14       # 13 jobs, one of them twice
-    assert m["portq_jobs_failed_total"] == 1
-    assert m["portq_jobs_dead_total"] == 1
+    assert m[f"portq_jobs_claimed_total{label}"] == 14       # 13 jobs, one of them twice
+    assert m[f"portq_jobs_failed_total{label}"] == 1
+    assert m[f"portq_jobs_dead_total{label}"] == 1
+    assert not [k for k in m if k.startswith("portq_jobs_") and label not in k], \
+        "a job counter without its queue label"
     assert m[f"portq_queue_dead{label}"] == 1
     assert m[f"portq_queue_oldest_ready_age_seconds{label}"] == 0
     assert m["portq_stats_up"] == 1
     buckets = [v for k, v in m.items() if k.startswith("portq_claim_duration_seconds_bucket")]
-    assert buckets == sorted(buckets) and buckets[-1] == m["portq_claim_duration_seconds_count"]
-    assert m["portq_claim_duration_seconds_count"] >= 10   # at least one claim per job
-    assert m["portq_claim_duration_seconds_sum"] > 0
+    assert all(f'queue="{qname}",le=' in k for k in m
+               if k.startswith("portq_claim_duration_seconds_bucket"))
+    assert buckets == sorted(buckets)
+    assert buckets[-1] == m[f"portq_claim_duration_seconds_count{label}"]
+    assert m[f"portq_claim_duration_seconds_count{label}"] >= 10   # a claim per job at least
+    assert m[f"portq_claim_duration_seconds_sum{label}"] > 0
     assert proc.returncode == 0
 
 
@@ -145,3 +153,82 @@ def test_bad_schedule_file_is_a_clear_error(engine_url: str, qname: str,
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "61 is outside 0-59" in err
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its default route (no packet is sent), if not loopback."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        address = str(s.getsockname()[0])
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_metrics_host_binds_the_address_asked_for(engine_url: str, qname: str,
+                                                  tmp_path: Path) -> None:
+    """Default 127.0.0.1 only; --metrics-host 0.0.0.0 answers on the outward address too
+    (a Prometheus in another container scrapes that)."""
+    (tmp_path / "handlers.py").write_text(HANDLERS, encoding="utf-8")
+    outward = _outward_address()
+    for host in ("127.0.0.1", "0.0.0.0"):
+        port = free_port()
+        proc = start_worker(engine_url, tmp_path, "--queue", qname, "--metrics-port",
+                            str(port), "--metrics-host", host)
+        try:
+            assert wait_until(lambda p=port: _answers("127.0.0.1", p), timeout=30), proc.stderr
+            if outward is not None:
+                assert _answers(outward, port) is (host == "0.0.0.0")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        assert f"metrics.serving url=http://{host}:{port}/metrics" in err
+    if outward is None:
+        pytest.skip("no non-loopback address here: only the loopback binding was checked")
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def test_async_worker_metrics_endpoint(engine_url: str, qname: str) -> None:
+    import asyncio
+
+    from portq import aio
+    from portq.metrics import serve_metrics
+    if portq.url.parse_url(engine_url).engine not in ("postgres", "sqlite"):
+        pytest.skip("portq.aio is tested on PostgreSQL and SQLite")
+    other = qname + "-b"
+
+    async def handler(job: portq.Job) -> None:
+        if job.payload == "boom":
+            raise portq.Permanent("boom")
+
+    async def main() -> dict[str, float]:
+        async with await aio.connect(engine_url, prefix=TEST_PREFIX) as q:
+            for name, n in ((qname, 3), (other, 2)):
+                for i in range(n):
+                    await q.enqueue(name, i)
+            await q.enqueue(other, "boom")
+            worker = aio.AsyncWorker(q, [qname, other], handler, burst=True,
+                                     idle_min=0.01, idle_max=0.05)
+            server = serve_metrics(q, worker, 0)
+            try:
+                await worker.run()
+                return await asyncio.to_thread(scrape, server.port)
+            finally:
+                server.close()
+
+    m = asyncio.run(main())
+    a, b = f'{{queue="{qname}"}}', f'{{queue="{other}"}}'
+    assert (m[f"portq_jobs_succeeded_total{a}"], m[f"portq_jobs_succeeded_total{b}"]) == (3, 2)
+    assert (m[f"portq_jobs_dead_total{a}"], m[f"portq_jobs_dead_total{b}"]) == (0, 1)
+    assert m[f"portq_jobs_claimed_total{a}"] == 3 and m[f"portq_jobs_claimed_total{b}"] == 3
+    assert m[f"portq_claim_duration_seconds_count{a}"] >= 1
+    assert m[f"portq_claim_duration_seconds_count{b}"] >= 1
+    assert m[f"portq_queue_dead{b}"] == 1 and m["portq_stats_up"] == 1

@@ -147,8 +147,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, UTC_TIMESTAMP(6));
 
 -- name: job_errors
-SELECT attempt, CONVERT(worker_id USING utf8mb4), error
-FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, CONVERT(worker_id USING utf8mb4), error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -208,9 +208,7 @@ SELECT CONVERT(queue USING utf8mb4),
        SUM(state = 'dead'),
        SUM(state = 'cancelled'),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
-       MAX(n.now),
-       SUM(attempts > 1 OR (state = 'ready' AND attempts > 0)),
-       SUM(attempts > 0)
+       MAX(n.now)
 FROM portq_job
 CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
@@ -222,6 +220,70 @@ SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), paylo
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): lock one bounded batch,
+-- then update it.
+-- name: retry_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);
+
+-- name: cancel_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);
+
+-- What `portq conformance` prints first: server version, session isolation level
+-- (@@transaction_isolation on MySQL 8 and MariaDB 11.1+, else @@tx_isolation).
+-- name: server_info
+SELECT VERSION(), @@transaction_isolation;
+
+-- name: server_info_tx
+SELECT VERSION(), @@tx_isolation;
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 FROM information_schema.tables
+WHERE table_schema = DATABASE() AND table_name = :name;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT CONVERT(queue USING utf8mb4), SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > UTC_TIMESTAMP(6) - INTERVAL (:window_ms * 1000) MICROSECOND
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > UTC_TIMESTAMP(6) - INTERVAL (:window_ms * 1000) MICROSECOND
+      AND (:queue = '*' OR queue = :queue)
+) AS a
+GROUP BY queue;

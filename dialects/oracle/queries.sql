@@ -125,7 +125,8 @@ VALUES (:job_id, :generation, :worker_id, COALESCE(:error, TO_CLOB('(no message)
         SYS_EXTRACT_UTC(SYSTIMESTAMP))
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt
 
 -- name: release
 UPDATE portq_job
@@ -189,9 +190,7 @@ SELECT queue,
        SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.db_now THEN run_at END),
-       MAX(n.db_now),
-       SUM(CASE WHEN attempts > 1 OR (state = 'ready' AND attempts > 0) THEN 1 ELSE 0 END),
-       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+       MAX(n.db_now)
 FROM portq_job
 CROSS JOIN (SELECT SYS_EXTRACT_UTC(SYSTIMESTAMP) AS db_now FROM dual) n
 WHERE :queue = '*' OR queue = :queue
@@ -201,6 +200,67 @@ GROUP BY queue
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 FETCH FIRST :limit ROWS ONLY
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): lock one bounded batch
+-- of ids with a cursor (the backend fetches at most :limit), then update them.
+-- name: retry_many_lock
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+FOR UPDATE SKIP LOCKED
+
+-- name: retry_many
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id IN (:ids) AND state IN (:states)
+
+-- name: cancel_many_lock
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+FOR UPDATE SKIP LOCKED
+
+-- name: cancel_many
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id IN (:ids) AND state IN (:states)
+
+-- What `portq conformance` prints first: server version (PRODUCT_COMPONENT_VERSION is
+-- readable by every user); Oracle has no view of a session's isolation level, so NULL.
+-- name: server_info
+SELECT version, NULL FROM product_component_version
+WHERE product LIKE 'Oracle%'
+FETCH FIRST 1 ROWS ONLY
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 FROM user_tables WHERE table_name = UPPER(:name)
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error e JOIN portq_job j ON j.job_id = e.job_id
+    WHERE e.failed_at > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:window_ms / 1000, 'SECOND')
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:window_ms / 1000, 'SECOND')
+      AND (:queue = '*' OR queue = :queue)
+) a
+GROUP BY queue

@@ -124,7 +124,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error)
 VALUES (:job_id, :generation, :worker_id, :error);
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -186,9 +187,7 @@ SELECT queue,
        count(*) FILTER (WHERE state = 'dead'),
        count(*) FILTER (WHERE state = 'cancelled'),
        min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now()),
-       now(),
-       count(*) FILTER (WHERE attempts > 1 OR (state = 'ready' AND attempts > 0)),
-       count(*) FILTER (WHERE attempts > 0)
+       now()
 FROM portq_job
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
@@ -197,6 +196,64 @@ GROUP BY queue;
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each,
+-- skipping rows a worker holds locked at this moment.
+-- name: retry_many
+UPDATE portq_job AS j
+SET state = 'ready', max_attempts = j.attempts + :extra, finished_at = NULL, run_at = now()
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- name: cancel_many
+UPDATE portq_job AS j
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- What `portq conformance` prints first: server version, session isolation level.
+-- name: server_info
+SELECT current_setting('server_version'), upper(current_setting('transaction_isolation'));
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 WHERE to_regclass(:name) IS NOT NULL;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > now() - :window_ms * interval '1 millisecond'
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > now() - :window_ms * interval '1 millisecond'
+      AND (:queue = '*' OR queue = :queue)
+) AS a
+GROUP BY queue;

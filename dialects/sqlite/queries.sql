@@ -102,7 +102,8 @@ VALUES (:job_id, :generation, :worker_id, :error,
         CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -162,9 +163,7 @@ SELECT queue,
        SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
-       MAX(n.now),
-       SUM(CASE WHEN attempts > 1 OR (state = 'ready' AND attempts > 0) THEN 1 ELSE 0 END),
-       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+       MAX(n.now)
 FROM portq_job
 CROSS JOIN (SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
@@ -174,6 +173,60 @@ GROUP BY queue;
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
+-- name: retry_many
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);
+
+-- name: cancel_many
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);
+
+-- What `portq conformance` prints first: server version, isolation of portq's transactions
+-- (SQLite's are serializable: one writer at a time, BEGIN IMMEDIATE).
+-- name: server_info
+SELECT sqlite_version(), 'SERIALIZABLE';
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :window_ms * 1000
+      AND (:queue = '*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = 'succeeded' AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :window_ms * 1000
+      AND (:queue = '*' OR queue = :queue)
+) AS a
+GROUP BY queue;

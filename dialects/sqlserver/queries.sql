@@ -172,7 +172,7 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, SYSUTCDATETIME());
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WITH (READPAST, READCOMMITTEDLOCK)
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error WITH (READPAST, READCOMMITTEDLOCK)
 WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
@@ -241,9 +241,7 @@ SELECT queue,
        SUM(CASE WHEN state = N'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = N'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = N'ready' AND run_at <= n.db_now THEN run_at END),
-       MAX(n.db_now),
-       SUM(CASE WHEN attempts > 1 OR (state = N'ready' AND attempts > 0) THEN 1 ELSE 0 END),
-       SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END)
+       MAX(n.db_now)
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
@@ -254,5 +252,73 @@ SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attem
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
        finished_at
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
-WHERE state = :state AND (:queue = N'*' OR queue = :queue)
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
+       finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
+-- name: retry_many
+WITH c AS (
+    SELECT TOP (:limit) state, max_attempts, attempts, finished_at, run_at
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+    ORDER BY job_id
+)
+UPDATE c
+SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYSUTCDATETIME();
+
+-- name: cancel_many
+WITH c AS (
+    SELECT TOP (:limit) state, worker_id, lease_until, finished_at
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+    ORDER BY job_id
+)
+UPDATE c
+SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = SYSUTCDATETIME();
+
+-- What `portq conformance` prints first: server version, this session's isolation level
+-- (sys.dm_exec_sessions; transaction_isolation_level 1-5 as documented). Where the login
+-- may not read the view, server_version alone is shown.
+-- name: server_info
+SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128)),
+       CASE transaction_isolation_level WHEN 1 THEN N'READ UNCOMMITTED'
+            WHEN 2 THEN N'READ COMMITTED' WHEN 3 THEN N'REPEATABLE READ'
+            WHEN 4 THEN N'SERIALIZABLE' WHEN 5 THEN N'SNAPSHOT' ELSE N'UNSPECIFIED' END
+FROM sys.dm_exec_sessions
+WHERE session_id = @@SPID;
+
+-- name: server_version
+SELECT CAST(SERVERPROPERTY('ProductVersion') AS NVARCHAR(128));
+
+-- Does a table of this prefix exist (before `portq conformance` drops it)?
+-- name: table_exists
+SELECT 1 WHERE OBJECT_ID(:name, N'U') IS NOT NULL;
+
+-- `portq stats` over the last :window_ms: failed attempts recorded (portq_job_error) and
+-- jobs that succeeded, per queue (retry_rate = failed / (failed + succeeded)).
+-- name: attempt_stats
+SELECT queue, SUM(failed), SUM(succeeded)
+FROM (
+    SELECT j.queue AS queue, 1 AS failed, 0 AS succeeded
+    FROM portq_job_error AS e JOIN portq_job AS j ON j.job_id = e.job_id
+    WHERE e.failed_at > DATEADD(MILLISECOND, -CAST(:window_ms % 86400000 AS INT),
+                      DATEADD(DAY, -CAST(:window_ms / 86400000 AS INT), SYSUTCDATETIME()))
+      AND (:queue = N'*' OR j.queue = :queue)
+    UNION ALL
+    SELECT queue, 0, 1
+    FROM portq_job
+    WHERE state = N'succeeded' AND finished_at > DATEADD(MILLISECOND, -CAST(:window_ms % 86400000 AS INT),
+                      DATEADD(DAY, -CAST(:window_ms / 86400000 AS INT), SYSUTCDATETIME()))
+      AND (:queue = N'*' OR queue = :queue)
+) AS a
+GROUP BY queue;

@@ -12,6 +12,7 @@ import enum
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,7 +32,16 @@ from portq.errors import (
     SchemaError,
     SchemaMissingError,
 )
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import (
+    STATS_WINDOW_S,
+    Claim,
+    EnqueueResult,
+    Job,
+    JobError,
+    JobRecord,
+    QueueStats,
+    ServerInfo,
+)
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -39,7 +49,7 @@ from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
-ALL_QUEUES = "*"  # bound instead of NULL for "every queue"; never a valid queue name
+ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 #: longest idle sleep of a worker that only polls: a new job waits at most this long
 POLL_IDLE_MAX = 0.25
 
@@ -381,7 +391,8 @@ class SqlBackend(Backend):
     def accepts_connection(self, conn: Any) -> bool:
         return type(conn).__module__.split(".")[0] == self.driver_module
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+    def enqueue_results(self, jobs: Sequence[NewJob],
+                        conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
             return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
         cur = conn.cursor()
@@ -397,15 +408,16 @@ class SqlBackend(Backend):
         finally:
             close_quietly(cur)
 
-    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
-        ids = []
+        results = []
         for job in jobs:
             params = self.job_params(job)
-            job_id = self.insert_job(cur, params)
-            ids.append(self.job_id_of_key(cur, job.key) if job_id is None else job_id)
+            result = self.insert_job(cur, params)
+            results.append(EnqueueResult(self.job_id_of_key(cur, job.key), False)
+                           if result is None else result)
         self.announce(cur, sorted({job.queue for job in jobs}))
-        return ids
+        return results
 
     def job_id_of_key(self, cur: Any, key: str | None) -> int:
         """The id of the job holding ``key`` (after an insert conflicted on it)."""
@@ -430,10 +442,11 @@ class SqlBackend(Backend):
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
         }
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        """Insert one job; return its id, or None when its key already exists."""
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
+        """Insert one job; return what happened, or None when its key already exists (the
+        caller then looks the existing id up)."""
         row = self.execute(cur, "insert_job", params).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else EnqueueResult(int(row[0]), True)
 
     # ---- claim and fencing --------------------------------------------------------------
 
@@ -559,40 +572,74 @@ class SqlBackend(Backend):
             cur, "cancel", {"job_id": job_id}).rowcount == 1, single=True))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        rows = self.run("stats", lambda cur: self.execute(
-            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
+        params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
+
+        def go(cur: Any) -> tuple[list[Any], list[Any]]:
+            return (list(self.execute(cur, "stats", params).fetchall()),
+                    list(self.execute(cur, "attempt_stats", params).fetchall()))
+        rows, attempt_rows = self.run("stats", go, write=False)
+        attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
-        for (q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now,
-             retried, attempted) in rows:
+        for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
             oldest_at, now_at = self.from_db_time(oldest), self.from_db_time(now)
             age = None
             if oldest_at is not None and now_at is not None:
                 age = max(0.0, (now_at - oldest_at).total_seconds())
-            attempted = int(attempted or 0)
+            failed_1h, succeeded_1h = attempts.get(q, (0, 0))
+            ended = failed_1h + succeeded_1h
             out.append(QueueStats(
                 queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
-                cancelled=int(cancelled or 0), oldest_ready_age_s=age,
-                retry_rate=(int(retried or 0) / attempted) if attempted else None))
+                cancelled=int(cancelled or 0), oldest_ready_age_s=age, failed_1h=failed_1h,
+                succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None))
         return sorted(out, key=lambda s: s.queue)
 
-    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
-        params = {"state": state, "queue": queue or ALL_QUEUES, "limit": limit}
+    def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
+                   extra_attempts: int) -> int:
+        params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit,
+                  "extra": extra_attempts}
+        return self.run("retry_many", lambda cur: self.batch_rows(cur, "retry_many", params))
+
+    def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
+        params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit}
+        return self.run("cancel_many", lambda cur: self.batch_rows(cur, "cancel_many", params))
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Run a bounded batch statement (``limit`` rows at most); return rows changed.
+        Default: one statement."""
+        return int(self.execute(cur, name, params).rowcount)
+
+    def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
+             after_id: int = 0) -> list[JobRecord]:
+        params = {"state": state or ALL_QUEUES, "queue": queue or ALL_QUEUES, "limit": limit,
+                  "after_id": after_id}
         rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall(),
                         write=False)
-        return [JobRecord(
+        return [self.record_from_row(r) for r in rows]
+
+    def job(self, job_id: int) -> JobRecord | None:
+        row = self.run("job", lambda cur: self.execute(
+            cur, "job", {"job_id": job_id}).fetchone(), write=False)
+        return None if row is None else self.record_from_row(row)
+
+    def record_from_row(self, r: Sequence[Any]) -> JobRecord:
+        """A :class:`JobRecord` from a row of the ``jobs``/``job`` statements."""
+        return JobRecord(
             id=int(r[0]), queue=r[1], state=r[2], payload=self.load_payload(r[3]),
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
-            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
-        ) for r in rows]
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]))
+
+    def error_history(self, job_id: int) -> list[JobError]:
+        rows = self.run("job_errors", lambda cur: self.execute(
+            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
+        return [JobError(int(a), w, self.load_text(e) or "", self.from_db_time(t))
+                for a, w, e, t in rows]
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
-        rows = self.run("job_errors", lambda cur: self.execute(
-            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
-        return [(int(a), w, self.load_text(e) or "") for a, w, e in rows]
+        return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
 
     def load_text(self, value: Any) -> str | None:
         if value is None or isinstance(value, str):
@@ -600,6 +647,59 @@ class SqlBackend(Backend):
         if hasattr(value, "read"):
             return str(value.read())
         return str(value)
+
+    def server_info(self) -> ServerInfo:
+        try:
+            version, isolation = self.run("server_info", lambda cur: self.execute(
+                cur, "server_info").fetchone(), write=False)
+        except Exception as exc:
+            # an engine whose isolation query may be refused (a permission) has a
+            # version-only statement: the version is still worth showing
+            if "server_version" not in self.queries or isinstance(exc, DatabaseError) or \
+                    self.classify(exc) is ErrorKind.CONNECTION:
+                raise
+            (version,) = self.run("server_version", lambda cur: self.execute(
+                cur, "server_version").fetchone(), write=False)
+            isolation = None
+        return self.make_server_info(version, isolation)
+
+    def make_server_info(self, version: Any, isolation: Any) -> ServerInfo:
+        name = self.driver_module
+        return ServerInfo(engine=self.engine, server_version=str(version), driver=name,
+                          driver_version=driver_version(name),
+                          isolation=None if isolation is None else
+                          str(isolation).replace("-", " ").upper())
+
+    def table_names(self) -> list[str]:
+        """This prefix's tables, in creation order (the version table first)."""
+        texts = [self.queries["create_version_table"]]
+        texts += [s for _, statements in load_migrations(self.engine, self.prefix)
+                  for s in statements]
+        names: list[str] = []
+        for text in texts:
+            for name in _CREATED_TABLE.findall(text):
+                if name not in names:
+                    names.append(name)
+        return names
+
+    def existing_tables(self) -> list[str]:
+        """Which of this prefix's tables exist, in creation order."""
+        return self.run("existing_tables", lambda cur: [
+            name for name in self.table_names()
+            if self.execute(cur, "table_exists", {"name": name}).fetchone() is not None],
+            write=False)
+
+    #: how this engine drops one table (Oracle: PURGE, not into the recycle bin)
+    drop_table_sql: ClassVar[str] = "DROP TABLE {name}"
+
+    def drop_schema(self) -> list[str]:
+        existing = self.existing_tables()
+
+        def go(cur: Any) -> list[str]:
+            for name in reversed(existing):
+                cur.execute(self.drop_table_sql.format(name=name))
+            return existing
+        return self.run("drop_schema", go, retry=False)
 
     def close(self) -> None:
         self.pool.close()
@@ -629,6 +729,23 @@ def storable_error(text: str) -> str:
 def one_line(text: str) -> str:
     """A driver message on one line (psycopg's and ODBC's span several)."""
     return " ".join(text.split())
+
+
+def driver_version(module: str) -> str:
+    """The installed version of a driver module's distribution (sqlite3: the library's)."""
+    if module == "sqlite3":
+        import platform
+        return f"Python {platform.python_version()} standard library"
+    from importlib import metadata
+    for dist in metadata.packages_distributions().get(module, [module]):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+_CREATED_TABLE = re.compile(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", re.IGNORECASE)
 
 
 def utc_from_micros(value: int) -> datetime:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -34,7 +35,8 @@ def counts(queue: portq.Queue, qname: str) -> dict[str, Any]:
     for s in queue.stats(qname):
         return s.as_dict()
     return {"queue": qname, "ready": 0, "scheduled": 0, "running": 0, "succeeded": 0,
-            "dead": 0, "cancelled": 0, "oldest_ready_age_s": None, "retry_rate": None}
+            "dead": 0, "cancelled": 0, "oldest_ready_age_s": None, "failed_1h": 0,
+            "succeeded_1h": 0, "retry_rate": None}
 
 
 def raw_update(queue: portq.Queue, sql: str, params: dict[str, Any]) -> ErrorKind | None:
@@ -120,3 +122,10 @@ def wait_for_succeeded(queue: portq.Queue, names: Sequence[str], n: int,
         most_running = max([most_running, *(s.running for s in stats)])
         return sum(s.succeeded for s in stats) == n
     return wait_until(finished, timeout=timeout, interval=0.005), most_running
+
+
+def stopped_counters(log_text: str) -> dict[str, int]:
+    """The counters of a worker's last ``worker.stopped`` log line (``claimed=3 ...``)."""
+    lines = [line for line in log_text.splitlines() if "worker.stopped" in line]
+    assert lines, f"no worker.stopped line in:\n{log_text[-2000:]}"
+    return {k: int(v) for k, v in re.findall(r"\b(\w+)=(\d+)\b", lines[-1])}

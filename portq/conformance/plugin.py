@@ -57,6 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="comma-separated engines whose tests must run (fail, not skip, "
                          "when unreachable): sqlite,postgres,mysql,sqlserver,oracle, or the "
                          "extra targets postgres18, mysql8.4, sqlserver-rcsi")
+    group.addoption("--portq-prefix", default=TEST_PREFIX,
+                    help=f"table prefix of the suite's tables (default {TEST_PREFIX})")
 
 
 def _default_targets() -> list[Target]:
@@ -132,6 +134,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Scrubber(config), "portq-scrubber")
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
+    config.addinivalue_line("markers", "fault: restarts or disturbs a database server")
 
 
 _TARGETS = pytest.StashKey[list[Target] | None]()
@@ -238,7 +241,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def engine_url(target: Target, request: pytest.FixtureRequest) -> str:
+def table_prefix(request: pytest.FixtureRequest) -> str:
+    """The prefix of the suite's tables (``--portq-prefix``, default ``portqt_``)."""
+    return str(request.config.getoption("--portq-prefix"))
+
+
+@pytest.fixture(autouse=True)
+def _property(request: pytest.FixtureRequest, record_property: Callable[[str, object], None]
+              ) -> None:
+    """Name the property a test checks in JUnit reports (portq/conformance/properties.py)."""
+    from portq.conformance.properties import property_of
+    record_property("portq_property", property_of(request.node.name))
+
+
+@pytest.fixture(scope="session")
+def engine_url(target: Target, request: pytest.FixtureRequest, table_prefix: str) -> str:
     """The URL of the engine under test, migrated; skips (or fails) when unreachable."""
     required = request.config.stash[_REQUIRED]
     label = ENGINE_LABELS.get(target.engine, target.engine)
@@ -246,7 +263,7 @@ def engine_url(target: Target, request: pytest.FixtureRequest) -> str:
         _unreachable(target.id in required, target.reason)
         raise AssertionError("unreachable")
     try:
-        with portq.connect(target.url, prefix=TEST_PREFIX) as q:
+        with portq.connect(target.url, prefix=table_prefix) as q:
             q.migrate()
     except (portq.DatabaseError, portq.DriverMissingError, OSError) as exc:
         _unreachable(target.id in required,
@@ -261,9 +278,9 @@ def _unreachable(required: bool, reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def queue(engine_url: str) -> Iterator[portq.Queue]:
+def queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
     """A Queue on the engine under test, using the conformance table prefix."""
-    q = portq.connect(engine_url, prefix=TEST_PREFIX, pool_size=16)
+    q = portq.connect(engine_url, prefix=table_prefix, pool_size=16)
     yield q
     q.close()
 

@@ -9,7 +9,6 @@ from collections import Counter
 
 import portq
 from portq.conformance.helpers import counts
-from portq.conformance.plugin import TEST_PREFIX
 
 
 def test_priority_then_run_at_then_id(queue: portq.Queue, qname: str) -> None:
@@ -74,7 +73,7 @@ def test_concurrent_claimers_never_share_a_generation(queue: portq.Queue, qname:
 
     def claimer(n: int) -> None:
         try:
-            with portq.connect(engine_url, prefix=TEST_PREFIX, pool_size=2) as q:
+            with portq.connect(engine_url, prefix=queue.backend.prefix, pool_size=2) as q:
                 start_gate.wait()
                 idle = 0
                 while idle < 3:

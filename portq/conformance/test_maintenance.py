@@ -42,7 +42,28 @@ def test_stats_counts_and_age(queue: portq.Queue, qname: str) -> None:
     c = counts(queue, qname)
     assert (c["ready"], c["scheduled"], c["running"]) == (3, 1, 1)
     assert c["oldest_ready_age_s"] is not None and 0.2 <= c["oldest_ready_age_s"] < 120
-    assert c["retry_rate"] == 0.0
+    assert (c["failed_1h"], c["succeeded_1h"], c["retry_rate"]) == (0, 0, None)
+
+
+def test_retry_rate_counts_recorded_attempts_of_the_last_hour(queue: portq.Queue,
+                                                             qname: str) -> None:
+    """failed_1h counts failed attempts recorded in the last hour, succeeded_1h jobs that
+    succeeded in it; retry_rate = failed / (failed + succeeded). Pruning finished jobs of
+    other queues, or jobs older than the window, leaves it as it was."""
+    _finish(queue, qname, 2)
+    flaky = queue.enqueue(qname, "flaky", max_attempts=3)
+    for _ in range(2):
+        (job,) = queue.claim(qname, "w", limit=1)
+        assert job.id == flaky and queue.fail(job, "transient", retry_in=0)
+    (job,) = queue.claim(qname, "w", limit=1)
+    assert queue.complete(job)
+    c = counts(queue, qname)
+    assert (c["failed_1h"], c["succeeded_1h"]) == (2, 3)
+    assert c["retry_rate"] == 2 / 5
+    assert queue.prune(3600, queue=qname) == 0      # nothing older than an hour
+    assert queue.prune(0, queue=qname + "-other") == 0
+    assert counts(queue, qname)["retry_rate"] == 2 / 5
+    assert counts(queue, qname + "-never")["retry_rate"] is None
 
 
 def test_bounds_are_validated(queue: portq.Queue, qname: str) -> None:

@@ -52,7 +52,7 @@ def test_claimers_share_the_capacity_and_claim_each_job_once(
     worker = quiet_worker(queue, qname, handler, concurrency=2, prefetch=4, claimers=3,
                           ack_delay=0.0, lease=30, idle_min=0.01, idle_max=0.05)
     assert (worker.capacity, worker.batch) == (6, 6)
-    with caplog.at_level(logging.INFO, logger="portq.worker"), running(worker):
+    with caplog.at_level(logging.DEBUG, logger="portq.worker"), running(worker):
         finished, most_running = wait_for_succeeded(queue, [qname], 120, timeout=60)
         assert finished
     assert handler.most <= 2, "more handlers ran than concurrency allows"

@@ -29,10 +29,10 @@ from portq.conformance.helpers import (
     counts,
     quiet_worker,
     running,
+    stopped_counters,
     wait_for_succeeded,
     wait_until,
 )
-from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.worker_handlers import claim_from_record, read_records
 from portq.errors import Permanent
 from portq.job import Job
@@ -44,15 +44,15 @@ HANDLERS = "portq.conformance.worker_handlers"
 
 # ---- helpers --------------------------------------------------------------------------------
 
-def worker_process(engine_url: str, qname: str, handler: str, record: Path, log: Path,
-                   *args: str, sleep: float = 0.0) -> subprocess.Popen[bytes]:
+def worker_process(engine_url: str, prefix: str, qname: str, handler: str, record: Path,
+                   log: Path, *args: str, sleep: float = 0.0) -> subprocess.Popen[bytes]:
     """``python -m portq worker`` on the engine under test, logging to ``log``."""
     env = {**os.environ, "PORTQT_RECORD": str(record), "PORTQT_SLEEP": str(sleep),
            "PYTHONUNBUFFERED": "1"}
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "portq", "--log-level", "INFO", "worker", engine_url,
-             "--prefix", TEST_PREFIX, "--queue", qname, "--handler", f"{HANDLERS}:{handler}",
+             "--prefix", prefix, "--queue", qname, "--handler", f"{HANDLERS}:{handler}",
              *args], stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
@@ -356,11 +356,12 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
                                                        qname: str, tmp_path: Path) -> None:
     """Invariant 4: SIGKILL mid-job; another worker completes every job after lease expiry;
     the killed generation's late complete is rejected."""
+    prefix = queue.backend.prefix
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(6)])
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
-        victim = worker_process(engine_url, qname, "block", record, log,
-                                "--concurrency", "4", "--lease", "1.5")
+        victim = worker_process(engine_url, prefix, qname, "block", record, log,
+                                "--concurrency", "4", "--lease", "1500ms")
         procs.append(victim)
         held = wait_for_records(record, 4, victim, log)
         os.kill(victim.pid, signal.SIGKILL)
@@ -372,9 +373,9 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
     # --burst makes it exit once nothing is ready or running
     rescue_log = tmp_path / "rescuer.log"
     with processes() as procs:
-        rescuer = worker_process(engine_url, qname, "record", tmp_path / "rescued.jsonl",
-                                 rescue_log, "--burst", "--reap-interval", "0.2",
-                                 "--reap-delay", "0", "--idle-max", "0.2", "--lease", "30")
+        rescuer = worker_process(engine_url, prefix, qname, "record", tmp_path / "rescued.jsonl",
+                                 rescue_log, "--burst", "--reap-interval", "200ms",
+                                 "--reap-delay", "0s", "--idle-max", "200ms", "--lease", "30s")
         procs.append(rescuer)
         assert rescuer.wait(60) == 0, rescue_log.read_text()[-3000:]
     recovered_in = time.monotonic() - killed_at
@@ -388,7 +389,7 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
     done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname)}
     assert set(done) == set(ids)
     assert all(done[c.job_id] == c.generation + 1 for c in killed)
-    summary = json.loads(rescue_log.read_text().strip().splitlines()[-1])
+    summary = stopped_counters(rescue_log.read_text())
     assert summary["succeeded"] == 6
     if queue.backend.engine == "sqlite":  # on shared servers another run may reap first
         assert summary["reaped"] >= 4
@@ -400,21 +401,22 @@ def test_burst_after_a_crash_finishes_every_job_before_it_exits(
     it waits for the killed worker's jobs while their leases run, reaps them (they come
     back ready one reap delay later), runs them, and only then exits 0. A job scheduled an
     hour ahead is not waited for."""
+    prefix = queue.backend.prefix
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(8)])
     later = queue.enqueue(qname, "in an hour", delay=3600)
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
-        victim = worker_process(engine_url, qname, "block", record, log,
-                                "--concurrency", "4", "--lease", "2")
+        victim = worker_process(engine_url, prefix, qname, "block", record, log,
+                                "--concurrency", "4", "--lease", "2s")
         procs.append(victim)
         wait_for_records(record, 4, victim, log)
         os.kill(victim.pid, signal.SIGKILL)
         assert victim.wait(10) == -signal.SIGKILL
     burst_log = tmp_path / "burst.log"
     with processes() as procs:
-        burst = worker_process(engine_url, qname, "record", tmp_path / "burst.jsonl",
-                               burst_log, "--burst", "--reap-interval", "0.5",
-                               "--idle-max", "0.2", "--lease", "30")
+        burst = worker_process(engine_url, prefix, qname, "record", tmp_path / "burst.jsonl",
+                               burst_log, "--burst", "--reap-interval", "500ms",
+                               "--idle-max", "200ms", "--lease", "30s")
         procs.append(burst)
         assert burst.wait(90) == 0, burst_log.read_text()[-3000:]
     c = counts(queue, qname)
@@ -429,13 +431,14 @@ def test_burst_after_a_crash_finishes_every_job_before_it_exits(
 
 def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_url: str,
                                                      qname: str, tmp_path: Path) -> None:
+    prefix = queue.backend.prefix
     ids = queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1}
                               for i in range(3)])
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     grace = 1.0
     with processes() as procs:
-        proc = worker_process(engine_url, qname, "block", record, log, "--concurrency", "3",
-                              "--lease", "30", "--grace", str(grace))
+        proc = worker_process(engine_url, prefix, qname, "block", record, log, "--concurrency", "3",
+                              "--lease", "30s", "--grace", f"{grace}s")
         procs.append(proc)
         held = wait_for_records(record, 3, proc, log)
         signalled = time.monotonic()
@@ -447,7 +450,7 @@ def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_
     print(f"\n[{queue.backend.engine}] SIGTERM -> 3 in-flight jobs released, process exited "
           f"in {exited:.2f}s (grace {grace:.1f}s)")
     assert grace <= exited < grace + 15
-    assert text.count("job.released") == 3 and '"released": 3' in text
+    assert text.count("job.released") == 3 and stopped_counters(text)["released"] == 3
     c = counts(queue, qname)
     assert (c["ready"], c["running"], c["dead"]) == (3, 0, 0)
     # the spent attempt was given back: each job (max_attempts=1) runs again, as a new
@@ -463,11 +466,12 @@ def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_
 
 def test_second_signal_exits_at_once(queue: portq.Queue, engine_url: str, qname: str,
                                      tmp_path: Path) -> None:
+    prefix = queue.backend.prefix
     queue.enqueue(qname, "stuck")
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
-        proc = worker_process(engine_url, qname, "block", record, log, "--lease", "30",
-                              "--grace", "60")
+        proc = worker_process(engine_url, prefix, qname, "block", record, log, "--lease", "30s",
+                              "--grace", "60s")
         procs.append(proc)
         wait_for_records(record, 1, proc, log)
         proc.send_signal(signal.SIGTERM)
@@ -488,6 +492,7 @@ def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     """8 handler slots across 2 processes; one is stopped (SIGTERM, grace 0: in-flight
     jobs released) and replaced midway. Every job succeeds once; no generation runs twice."""
+    prefix = queue.backend.prefix
     total = 10_000
     for start in range(0, total, 2000):
         queue.enqueue_many([{"queue": qname, "payload": i}
@@ -497,15 +502,15 @@ def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
     started = time.monotonic()
     with processes() as procs:
         for i in range(2):
-            procs.append(worker_process(engine_url, qname, "record", records[i], logs[i],
-                                        "--concurrency", "4", "--lease", "30",
-                                        "--grace", "0", sleep=0.001))
+            procs.append(worker_process(engine_url, prefix, qname, "record", records[i], logs[i],
+                                        "--concurrency", "4", "--lease", "30s",
+                                        "--grace", "0s", sleep=0.001))
         assert wait_until(lambda: counts(queue, qname)["succeeded"] >= total // 3,
                           timeout=120), counts(queue, qname)
         procs[0].send_signal(signal.SIGTERM)
         assert procs[0].wait(30) == 0, logs[0].read_text()[-3000:]
-        procs.append(worker_process(engine_url, qname, "record", records[2], logs[2],
-                                    "--concurrency", "4", "--lease", "30", sleep=0.001))
+        procs.append(worker_process(engine_url, prefix, qname, "record", records[2], logs[2],
+                                    "--concurrency", "4", "--lease", "30s", sleep=0.001))
         assert wait_until(lambda: counts(queue, qname)["succeeded"] == total,
                           timeout=240), counts(queue, qname)
     elapsed = time.monotonic() - started
@@ -531,7 +536,7 @@ def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
 def test_outcomes_are_logged_and_errors_kept_per_attempt(queue: portq.Queue, qname: str,
                                                          caplog: pytest.LogCaptureFixture
                                                          ) -> None:
-    caplog.set_level(logging.INFO, logger="portq.worker")
+    caplog.set_level(logging.DEBUG, logger="portq.worker")
     ok = queue.enqueue(qname, "ok")
     permanent = queue.enqueue(qname, "permanent", max_attempts=5)
     flaky = queue.enqueue(qname, "flaky", max_attempts=2)

@@ -1,0 +1,131 @@
+"""What ``portq conformance`` shows: each test's outcome collected while pytest runs, then
+one row per property (portq/conformance/properties.py): passed, failed or skipped, with
+the reason."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from portq.conformance.properties import PROPERTIES, UNMAPPED, property_of
+
+
+@dataclass
+class TestOutcome:
+    name: str          # test function name with parameters, e.g. test_cancel[postgres]
+    nodeid: str
+    outcome: str       # passed, failed, skipped
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class PropertyResult:
+    name: str
+    status: str        # passed, failed, skipped
+    tests: list[TestOutcome] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        """Why it failed (the first failing test) or was skipped (the first skip reason)."""
+        wanted = "failed" if self.status == "failed" else "skipped"
+        for t in self.tests:
+            if t.outcome == wanted:
+                return f"{t.name}: {t.reason}" if wanted == "failed" else t.reason
+        return ""
+
+    def counts(self) -> dict[str, int]:
+        out = {"passed": 0, "failed": 0, "skipped": 0}
+        for t in self.tests:
+            out[t.outcome] += 1
+        return out
+
+
+class Collector:
+    """A pytest plugin object recording every test's outcome (no terminal output but a
+    dot per test on stderr)."""
+
+    def __init__(self, progress: bool = True) -> None:
+        self.outcomes: dict[str, TestOutcome] = {}
+        self.errors: list[str] = []     # collection errors
+        self.progress = progress
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = report.nodeid.split("::")[-1]
+        current = self.outcomes.get(report.nodeid)
+        if report.when == "call" or report.outcome != "passed":
+            if current is not None and current.outcome != "passed":
+                return                   # keep the first failure or skip (e.g. setup)
+            outcome = report.outcome if report.outcome in ("passed", "skipped") else "failed"
+            self.outcomes[report.nodeid] = TestOutcome(
+                name, report.nodeid, outcome, _reason(report), report.duration)
+        if report.when == "teardown" and self.progress:
+            mark = {"passed": ".", "failed": "F", "skipped": "s"}
+            got = self.outcomes.get(report.nodeid)
+            sys.stderr.write(mark.get(got.outcome, "?") if got else "?")
+            sys.stderr.flush()
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.errors.append(f"{report.nodeid}: {_first_line(str(report.longrepr))}")
+
+    def properties(self) -> list[PropertyResult]:
+        """One result per property that had tests in this run, in the table's order."""
+        grouped: dict[str, list[TestOutcome]] = {}
+        for t in self.outcomes.values():
+            grouped.setdefault(property_of(t.name), []).append(t)
+        order = [p.name for p in PROPERTIES] + [UNMAPPED]
+        out = []
+        for name in order:
+            tests = grouped.get(name)
+            if not tests:
+                continue
+            outcomes = {t.outcome for t in tests}
+            status = "failed" if "failed" in outcomes else \
+                "passed" if "passed" in outcomes else "skipped"
+            out.append(PropertyResult(name, status, tests))
+        return out
+
+
+def _reason(report: pytest.TestReport) -> str:
+    if report.skipped:
+        longrepr: Any = report.longrepr
+        if isinstance(longrepr, tuple) and len(longrepr) == 3:
+            return str(longrepr[2]).removeprefix("Skipped: ")
+        return _first_line(str(longrepr))
+    if report.failed:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if crash is not None:
+            return _first_line(str(crash.message))
+        return _first_line(str(report.longrepr))
+    return ""
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def render_table(results: list[PropertyResult]) -> list[str]:
+    """Rows ``property  status  tests  reason`` as aligned text lines."""
+    rows = [("property", "result", "tests", "reason")]
+    for r in results:
+        c = r.counts()
+        tally = f"{c['passed']}/{len(r.tests)}" + (f" ({c['skipped']} skipped)"
+                                                   if c["skipped"] and r.status != "skipped"
+                                                   else "")
+        rows.append((r.name, r.status.upper() if r.status == "failed" else r.status, tally,
+                     r.reason[:120]))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return ["  ".join([*(row[i].ljust(widths[i]) for i in range(3)), row[3]]).rstrip()
+            for row in rows]
+
+
+def properties_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
+    return [{"property": r.name, "result": r.status, "reason": r.reason, **r.counts(),
+             "tests": [{"test": t.name, "result": t.outcome, "reason": t.reason,
+                        "seconds": round(t.seconds, 3)} for t in r.tests]}
+            for r in results]
