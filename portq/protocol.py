@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, Job, JobRecord, QueueStats, WorkerInfo
 from portq.url import DatabaseURL
 
 
@@ -101,6 +101,19 @@ class Backend(ABC):
     @abstractmethod
     def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
         """List jobs in one state, oldest first."""
+
+    @abstractmethod
+    def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:
+        """Register or renew a worker's registry row until DB clock + ``ttl_ms``; rows of
+        workers whose heartbeats stopped are deleted on the way."""
+
+    @abstractmethod
+    def deregister_worker(self, worker_id: str) -> None:
+        """Delete a worker's registry row (clean shutdown)."""
+
+    @abstractmethod
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers whose rows have not expired, oldest first."""
 
     @abstractmethod
     def close(self) -> None:

@@ -13,7 +13,7 @@ from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import SqlBackend
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError
-from portq.job import Claim, Job, JobRecord, QueueStats, State
+from portq.job import Claim, Job, JobRecord, QueueStats, State, WorkerInfo
 from portq.protocol import NewJob
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.url import parse_url
@@ -291,6 +291,10 @@ class Queue:
         if queue is not None:
             validate_queue(queue)
         return self.backend.jobs(state, queue, positive_int(limit, "limit"))
+
+    def workers(self) -> list[WorkerInfo]:
+        """The live workers of the registry (rows whose heartbeats have not expired)."""
+        return self.backend.workers()
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""

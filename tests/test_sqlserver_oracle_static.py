@@ -43,13 +43,15 @@ SAMPLE: dict[str, Any] = {
     "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
-    "extra": 1, "state": "ready",
+    "extra": 1, "state": "ready", "host": "h", "pid": 1, "queues": '["q"]',
+    "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
-                "jobs"}
+                "jobs", "expire_workers", "register_worker", "worker_heartbeat",
+                "deregister_worker", "workers"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -118,6 +120,23 @@ def test_check_constraints_match_postgres(engine: str) -> None:
     pg = "\n".join(s for _, st in load_migrations("postgres") for s in st)
     assert set(names.findall(pg)) <= set(names.findall(schema))
     assert "IS JSON" in schema or "ISJSON(payload) = 1" in schema
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_worker_registry_table_matches_postgres(engine: str) -> None:
+    """Migration 3 creates portq_worker with PostgreSQL's columns, all NOT NULL."""
+    def columns(e: str) -> dict[str, bool]:
+        (create,) = [s for v, st in load_migrations(e) if v == 3 for s in st]
+        tree = sqlglot.parse_one(create, read="postgres" if e == "postgres" else
+                                 ENGINES[e][0])
+        out = {}
+        for col in tree.find_all(exp.ColumnDef):
+            kinds = [c.kind for c in col.constraints]
+            out[col.name] = any(isinstance(k, exp.NotNullColumnConstraint |
+                                           exp.PrimaryKeyColumnConstraint) for k in kinds)
+        return out
+    assert columns(engine) == columns("postgres")
+    assert all(columns(engine).values())
 
 
 def test_oracle_statements_have_no_trailing_semicolon() -> None:

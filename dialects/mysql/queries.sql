@@ -161,3 +161,28 @@ FROM portq_job
 WHERE state = :state AND (:queue = '*' OR queue = :queue)
 ORDER BY job_id
 LIMIT :limit;
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= UTC_TIMESTAMP(6);
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, UTC_TIMESTAMP(6),
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL (:ttl_ms * 1000) MICROSECOND);
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = UTC_TIMESTAMP(6),
+    expires_at = UTC_TIMESTAMP(6) + INTERVAL (:ttl_ms * 1000) MICROSECOND
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, UTC_TIMESTAMP(6)
+FROM portq_worker
+WHERE expires_at > UTC_TIMESTAMP(6)
+ORDER BY started_at, worker_id;

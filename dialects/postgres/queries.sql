@@ -184,3 +184,28 @@ FROM portq_job
 WHERE state = :state AND (:queue = '*' OR queue = :queue)
 ORDER BY job_id
 LIMIT :limit;
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= now();
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, now(),
+        now(), now() + :ttl_ms * interval '1 millisecond');
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = now(),
+    expires_at = now() + :ttl_ms * interval '1 millisecond'
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, now()
+FROM portq_worker
+WHERE expires_at > now()
+ORDER BY started_at, worker_id;

@@ -145,3 +145,28 @@ FROM portq_job
 WHERE state = :state AND (:queue = '*' OR queue = :queue)
 ORDER BY job_id
 LIMIT :limit;
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+        CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :ttl_ms * 1000);
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+    expires_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :ttl_ms * 1000
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+FROM portq_worker
+WHERE expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+ORDER BY started_at, worker_id;

@@ -201,3 +201,30 @@ SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attem
 FROM portq_job
 WHERE state = :state AND (:queue = N'*' OR queue = :queue)
 ORDER BY job_id;
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= SYSUTCDATETIME();
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, SYSUTCDATETIME(),
+        SYSUTCDATETIME(), DATEADD(MILLISECOND, CAST(:ttl_ms % 86400000 AS INT),
+                  DATEADD(DAY, CAST(:ttl_ms / 86400000 AS INT), SYSUTCDATETIME())));
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = SYSUTCDATETIME(),
+    expires_at = DATEADD(MILLISECOND, CAST(:ttl_ms % 86400000 AS INT),
+                  DATEADD(DAY, CAST(:ttl_ms / 86400000 AS INT), SYSUTCDATETIME()))
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, SYSUTCDATETIME()
+FROM portq_worker
+WHERE expires_at > SYSUTCDATETIME()
+ORDER BY started_at, worker_id;

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, Job, JobRecord, QueueStats, WorkerInfo
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -454,6 +454,42 @@ class SqlBackend(Backend):
         rows = self.run("job_errors", lambda cur: self.execute(
             cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
         return [(int(a), w, self.load_text(e) or "") for a, w, e in rows]
+
+    # ---- worker registry ----------------------------------------------------------------
+
+    def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:
+        params = {"worker_id": info.worker_id, "host": info.host, "pid": info.pid,
+                  "queues": json.dumps(list(info.queues)), "concurrency": info.concurrency,
+                  "jobs_in_hand": info.jobs_in_hand,
+                  "schedules": json.dumps(list(info.schedules)), "ttl_ms": ttl_ms}
+
+        def go(cur: Any) -> None:
+            self.execute(cur, "expire_workers")
+            if self.execute(cur, "worker_heartbeat", params).rowcount != 1:
+                self.execute(cur, "register_worker", params)
+        self.run("beat_worker", go)
+
+    def deregister_worker(self, worker_id: str) -> None:
+        self.run("deregister_worker", lambda cur: self.execute(
+            cur, "deregister_worker", {"worker_id": worker_id}))
+
+    def workers(self) -> list[WorkerInfo]:
+        rows = self.run("workers", lambda cur: self.execute(cur, "workers").fetchall(),
+                        write=False)
+        out = []
+        for (worker_id, host, pid, queues, concurrency, in_hand, schedules, started, beat,
+             now) in rows:
+            beat_at, now_at = self.from_db_time(beat), self.from_db_time(now)
+            age = None if beat_at is None or now_at is None else \
+                max(0.0, (now_at - beat_at).total_seconds())
+            out.append(WorkerInfo(
+                worker_id=worker_id, host=host, pid=int(pid),
+                queues=tuple(json.loads(self.load_text(queues) or "[]")),
+                concurrency=int(concurrency), jobs_in_hand=int(in_hand),
+                schedules=tuple(json.loads(self.load_text(schedules) or "[]")),
+                started_at=self.from_db_time(started), heartbeat_at=beat_at,
+                heartbeat_age_s=age))
+        return out
 
     def load_text(self, value: Any) -> str | None:
         if value is None or isinstance(value, str):
