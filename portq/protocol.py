@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, Job, JobRecord, QueueStats, WorkerInfo
+from portq.job import Claim, Job, JobError, JobRecord, QueueStats, WorkerInfo
 from portq.url import DatabaseURL
 
 
@@ -95,12 +95,34 @@ class Backend(ABC):
         """Cancel a ready or running job (a running job's owner then fails its fencing)."""
 
     @abstractmethod
+    def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
+                   extra_attempts: int) -> int:
+        """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (dead, cancelled), oldest id first, skipping locked rows; returns how many."""
+
+    @abstractmethod
+    def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
+        """:meth:`cancel` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (ready, running), oldest id first, skipping locked rows; returns how many."""
+
+    @abstractmethod
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Per-queue counts and the oldest ready job's age, by the database clock."""
 
     @abstractmethod
-    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
-        """List jobs in one state, oldest first."""
+    def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
+             after_id: int = 0) -> list[JobRecord]:
+        """Up to ``limit`` jobs with ids above ``after_id``, in id order, of one state (None:
+        every state) and one queue (None: every queue). ``after_id`` = the last id of the
+        previous page pages through a large table by key."""
+
+    @abstractmethod
+    def job(self, job_id: int) -> JobRecord | None:
+        """The whole row of one job; None when no job has that id."""
+
+    @abstractmethod
+    def error_history(self, job_id: int) -> list[JobError]:
+        """Every recorded failed attempt of a job, in attempt order."""
 
     @abstractmethod
     def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:

@@ -90,7 +90,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, UTC_TIMESTAMP(6));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -158,9 +159,42 @@ SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
        created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): lock one bounded batch,
+-- then update it.
+-- name: retry_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);
+
+-- name: cancel_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);
 
 -- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
 -- heartbeats stopped, then renews its own row (inserting it when it is missing).
@@ -168,7 +202,8 @@ LIMIT :limit;
 DELETE FROM portq_worker WHERE expires_at <= UTC_TIMESTAMP(6);
 
 -- name: register_worker
-INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
 VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, UTC_TIMESTAMP(6),
         UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL (:ttl_ms * 1000) MICROSECOND);
 
@@ -182,7 +217,8 @@ WHERE worker_id = :worker_id;
 DELETE FROM portq_worker WHERE worker_id = :worker_id;
 
 -- name: workers
-SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, UTC_TIMESTAMP(6)
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, UTC_TIMESTAMP(6)
 FROM portq_worker
 WHERE expires_at > UTC_TIMESTAMP(6)
 ORDER BY started_at, worker_id;

@@ -74,7 +74,8 @@ VALUES (:job_id, :generation, :worker_id, :error,
         CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -142,9 +143,37 @@ GROUP BY queue;
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
+-- name: retry_many
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);
+
+-- name: cancel_many
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);
 
 -- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
 -- heartbeats stopped, then renews its own row (inserting it when it is missing).
@@ -152,7 +181,8 @@ LIMIT :limit;
 DELETE FROM portq_worker WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
 
 -- name: register_worker
-INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, expires_at)
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
 VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
         CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :ttl_ms * 1000);
 
@@ -166,7 +196,8 @@ WHERE worker_id = :worker_id;
 DELETE FROM portq_worker WHERE worker_id = :worker_id;
 
 -- name: workers
-SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at, heartbeat_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 FROM portq_worker
 WHERE expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 ORDER BY started_at, worker_id;

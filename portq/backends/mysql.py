@@ -107,9 +107,13 @@ class MysqlBackend(SqlBackend):
         return int(self.execute(cur, update, {**params, "ids": ids}).rowcount) if ids else 0
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
-        lock, delete = self.steps["prune"]
+        return self.batch_rows(cur, "prune", params)
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Lock a bounded batch of ids (first step), then change those rows (second)."""
+        lock, change = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
-        return int(self.execute(cur, delete, {"ids": ids}).rowcount) if ids else 0
+        return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
 
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())

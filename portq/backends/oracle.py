@@ -173,8 +173,12 @@ class OracleBackend(SqlBackend):
                    for chunk in _chunks(ids))
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
-        ids = self.lock_ids(cur, "prune_lock", params, int(params["limit"]))
-        return sum(int(self.execute(cur, "prune", {"ids": chunk}).rowcount)
+        return self.batch_rows(cur, "prune", params)
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Lock up to ``limit`` ids with ``<name>_lock``, then run ``name`` on them."""
+        ids = self.lock_ids(cur, f"{name}_lock", params, int(params["limit"]))
+        return sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
                    for chunk in _chunks(ids))
 
 
