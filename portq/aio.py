@@ -250,9 +250,10 @@ class AsyncQueue:
         return await asyncio.to_thread(self.queue.stats, queue)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
-                   limit: int = 100, after_id: int = 0) -> list[JobRecord]:
+                   limit: int = 100, after_id: int = 0, **filters: Any) -> list[JobRecord]:
+        """:meth:`portq.Queue.jobs` (``filters``: key, text, order, after_run_at)."""
         return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit,
-                                       after_id=after_id)
+                                       after_id=after_id, **filters)
 
     async def job(self, job_id: int) -> JobRecord | None:
         return await asyncio.to_thread(self.queue.job, job_id)

@@ -154,14 +154,44 @@ CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- exact key, payload text (lower-cased LIKE pattern, '!' escapes). Three orders.
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
        created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
   AND job_id > :after_id
 ORDER BY job_id
+LIMIT :limit;
+
+-- name: jobs_newest
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: jobs_by_run_at
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id
 LIMIT :limit;
 
 -- name: job
@@ -195,6 +225,10 @@ FOR UPDATE SKIP LOCKED;
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id IN (:ids) AND state IN (:states);
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');
 
 -- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
 -- heartbeats stopped, then renews its own row (inserting it when it is missing).

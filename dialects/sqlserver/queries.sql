@@ -196,13 +196,39 @@ CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- exact key, payload text (lower-cased LIKE pattern, '!' escapes). Three orders.
 -- name: jobs
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND job_id > :after_id
 ORDER BY job_id;
+
+-- name: jobs_newest
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC;
+
+-- name: jobs_by_run_at
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_key = 1 OR job_key = :key)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id;
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
@@ -232,6 +258,10 @@ WITH c AS (
 UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN (N'succeeded', N'dead', N'cancelled');
 
 -- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
 -- heartbeats stopped, then renews its own row (inserting it when it is missing).

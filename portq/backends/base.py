@@ -29,6 +29,8 @@ from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
+#: the orders of :meth:`SqlBackend.jobs` and the statement of each
+JOB_ORDERS = {"id": "jobs", "-id": "jobs_newest", "run_at": "jobs_by_run_at"}
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 
 
@@ -419,6 +421,10 @@ class SqlBackend(Backend):
         return bool(self.run("cancel", lambda cur: self.execute(
             cur, "cancel", {"job_id": job_id}).rowcount == 1))
 
+    def delete_finished(self, job_id: int) -> bool:
+        return bool(self.run("delete_finished", lambda cur: self.execute(
+            cur, "delete_finished", {"job_id": job_id}).rowcount == 1))
+
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         rows = self.run("stats", lambda cur: self.execute(
             cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
@@ -453,10 +459,14 @@ class SqlBackend(Backend):
         return int(self.execute(cur, name, params).rowcount)
 
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
-             after_id: int = 0) -> list[JobRecord]:
+             after_id: int = 0, *, key: str | None = None, text: str | None = None,
+             order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
         params = {"state": state or ALL_QUEUES, "queue": queue or ALL_QUEUES, "limit": limit,
-                  "after_id": after_id}
-        rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall(),
+                  "after_id": after_id, "any_key": int(key is None), "key": key or "",
+                  "any_text": int(not text), "pattern": like_pattern(text or ""),
+                  "after_run_at": self.to_db_time(after_run_at or datetime.now(UTC))}
+        statement = JOB_ORDERS[order]
+        rows = self.run("jobs", lambda cur: self.execute(cur, statement, params).fetchall(),
                         write=False)
         return [self.record_from_row(r) for r in rows]
 
@@ -545,6 +555,12 @@ class TxProgress:
 def _scrub(text: str, url: DatabaseURL) -> str:
     """Remove the URL's password from a driver message, should a driver echo it."""
     return text.replace(url.password, "***") if url.password else text
+
+
+def like_pattern(text: str) -> str:
+    """A lower-cased LIKE pattern matching ``text`` anywhere, escaped with ``!``."""
+    escaped = text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"%{escaped}%"
 
 
 def utc_from_micros(value: int) -> datetime:
