@@ -95,6 +95,11 @@ class Backend(ABC):
         """Cancel a ready or running job (a running job's owner then fails its fencing)."""
 
     @abstractmethod
+    def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
+        """``(queue, state, minutes_ago, count)`` of the jobs that finished (succeeded, dead,
+        cancelled) in each of the last ``minutes`` minutes, by the database clock."""
+
+    @abstractmethod
     def delete_finished(self, job_id: int) -> bool:
         """Delete one succeeded, dead or cancelled job (and its error history); False when
         it is not finished (or does not exist)."""

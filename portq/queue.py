@@ -295,6 +295,18 @@ class Queue:
         """Cancel a ready or running job; False if it was not ready or running."""
         return self.backend.cancel(positive_int(job_id, "job_id"))
 
+    def finished_per_minute(self, minutes: int = 60) -> dict[str, dict[str, list[int]]]:
+        """Jobs finished per minute over the last ``minutes``: ``{queue: {state: counts}}``
+        where ``counts[0]`` is the oldest minute and ``counts[-1]`` the current one."""
+        span = positive_int(minutes, "minutes")
+        if span > 1440:
+            raise ConfigurationError(f"minutes must be at most 1440, got {span}")
+        out: dict[str, dict[str, list[int]]] = {}
+        for queue, state, ago, count in self.backend.finished_per_minute(span):
+            series = out.setdefault(queue, {}).setdefault(state, [0] * span)
+            series[span - 1 - ago] += count
+        return out
+
     def delete_finished(self, job_id: int) -> bool:
         """Delete one finished (succeeded, dead or cancelled) job; False if it is not."""
         return self.backend.delete_finished(positive_int(job_id, "job_id"))

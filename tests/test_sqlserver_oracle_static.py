@@ -45,15 +45,15 @@ SAMPLE: dict[str, Any] = {
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "after_id": 0, "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
-    "any_key": 1, "any_text": 1, "pattern": "%x%", "after_run_at": None,
+    "minutes": 60, "any_key": 1, "any_text": 1, "pattern": "%x%", "after_run_at": None,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
                 "jobs", "jobs_newest", "jobs_by_run_at", "job", "retry_many", "cancel_many",
-                "delete_finished", "expire_workers", "register_worker", "worker_heartbeat",
-                "deregister_worker", "workers"}
+                "delete_finished", "finished_per_minute", "expire_workers", "register_worker",
+                "worker_heartbeat", "deregister_worker", "workers"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 

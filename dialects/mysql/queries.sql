@@ -226,6 +226,16 @@ UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id IN (:ids) AND state IN (:states);
 
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS minutes_ago,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL :minutes MINUTE
+GROUP BY queue, state, minutes_ago;
+
 -- name: delete_finished
 DELETE FROM portq_job
 WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');

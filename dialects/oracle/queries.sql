@@ -232,6 +232,18 @@ SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHERE job_id IN (:ids) AND state IN (:states)
 
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state,
+       FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - CAST(finished_at AS DATE)) * 1440),
+       COUNT(*)
+FROM portq_job
+WHERE CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
+      > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:minutes, 'MINUTE')
+GROUP BY queue, state,
+       FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - CAST(finished_at AS DATE)) * 1440)
+
 -- name: delete_finished
 DELETE FROM portq_job
 WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled')

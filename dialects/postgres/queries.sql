@@ -247,6 +247,15 @@ FROM (
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
 
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, floor(extract(epoch FROM now() - finished_at) / 60)::integer, count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - :minutes * interval '1 minute'
+GROUP BY 1, 2, 3;
+
 -- name: delete_finished
 DELETE FROM portq_job
 WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');

@@ -203,6 +203,18 @@ WHERE job_id IN (
     ORDER BY job_id
     LIMIT :limit);
 
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state,
+       (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - finished_at) / 60000000,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+                    - :minutes * 60000000
+GROUP BY 1, 2, 3;
+
 -- name: delete_finished
 DELETE FROM portq_job
 WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');

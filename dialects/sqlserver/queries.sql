@@ -259,6 +259,15 @@ UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
 
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60, COUNT(*)
+FROM portq_job
+WHERE state IN (N'succeeded', N'dead', N'cancelled')
+  AND finished_at > DATEADD(MINUTE, -CAST(:minutes AS INT), SYSUTCDATETIME())
+GROUP BY queue, state, DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60;
+
 -- name: delete_finished
 DELETE FROM portq_job
 WHERE job_id = :job_id AND state IN (N'succeeded', N'dead', N'cancelled');

@@ -421,6 +421,12 @@ class SqlBackend(Backend):
         return bool(self.run("cancel", lambda cur: self.execute(
             cur, "cancel", {"job_id": job_id}).rowcount == 1))
 
+    def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
+        rows = self.run("finished_per_minute", lambda cur: self.execute(
+            cur, "finished_per_minute", {"minutes": minutes}).fetchall(), write=False)
+        return [(q, s, int(ago), int(n)) for q, s, ago, n in rows
+                if ago is not None and 0 <= int(ago) < minutes]
+
     def delete_finished(self, job_id: int) -> bool:
         return bool(self.run("delete_finished", lambda cur: self.execute(
             cur, "delete_finished", {"job_id": job_id}).rowcount == 1))

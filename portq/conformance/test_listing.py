@@ -85,3 +85,18 @@ def test_listing_arguments_are_validated(queue: portq.Queue, qname: str) -> None
                 {"after_run_at": datetime(2030, 1, 1)}):
         with pytest.raises(portq.ConfigurationError):
             queue.jobs(queue=qname, **bad)  # type: ignore[arg-type]
+
+
+def test_finished_per_minute_counts_by_the_database_clock(queue: portq.Queue,
+                                                         qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1} for i in range(5)])
+    jobs = queue.claim(qname, "w", limit=5)
+    for job in jobs[:3]:
+        assert queue.complete(job)
+    assert queue.fail(jobs[3], "boom")
+    assert queue.cancel(jobs[4].id)
+    series = queue.finished_per_minute(60)[qname]
+    assert all(len(s) == 60 for s in series.values())
+    # all finished within the last minute or two (the current minute is the last entry)
+    assert sum(series["succeeded"][-2:]) == 3 and sum(series["succeeded"]) == 3
+    assert sum(series["dead"]) == 1 and sum(series["cancelled"]) == 1
