@@ -172,6 +172,12 @@ def cmd_workers(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from portq.web.server import serve
+    return serve(_url(args), prefix=args.prefix, host=args.host, port=args.port,
+                 read_only=args.read_only, token=args.token, refresh=args.refresh)
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -444,6 +450,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("workers", cmd_workers, "the live workers: id, host, pid, queues, "
                 "concurrency, jobs in hand, last heartbeat")
     p.add_argument("--json", action="store_true")
+
+    p = command("dashboard", cmd_dashboard, "serve the web dashboard (needs portq[web])")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs --token)")
+    p.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
+    p.add_argument("--read-only", action="store_true",
+                   help="hide and refuse every action (retry, cancel, delete)")
+    p.add_argument("--token", default=None,
+                   help="access token the browser must present (default: "
+                        "$PORTQ_DASHBOARD_TOKEN); required for a non-loopback --host")
+    p.add_argument("--refresh", type=parse_duration, default=5.0,
+                   help="how often the overview polls for new counts (default 5s)")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
     p.add_argument("--limit", type=_positive, default=1000)
