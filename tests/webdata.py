@@ -31,7 +31,8 @@ def plant_xss(queue: portq.Queue, qname: str) -> dict[str, int]:
 
 def failed_twice(queue: portq.Queue, qname: str) -> int:
     """A dead job with two failed attempts in its error history."""
-    job_id = queue.enqueue(qname, {"order": 42, "note": "charge card"}, max_attempts=2)
+    job_id = queue.enqueue(qname, {"order": 42, "note": "charge card"}, max_attempts=2,
+                           priority=1000)  # claimed before any other job of qname
     for attempt in (1, 2):
         (job,) = queue.claim(qname, f"worker-{attempt}", limit=1)
         assert queue.fail(job, f"Traceback: attempt {attempt}: card declined", retry_in=0)
@@ -54,7 +55,7 @@ def finished_over_the_last_hour(queue: portq.Queue, qname: str, n: int = 120) ->
             assert queue.complete(job)
     params: list[dict[str, Any]] = []
     for i, job_id in enumerate(ids):
-        minute = (i * 7919) % 60 if i % 3 else 50 + i % 10  # busier recent minutes
+        minute = (i * 7919) % 60 if i % 3 else i % 10  # the last ten minutes busier
         params.append({"t": queue.backend.to_db_time(now - timedelta(minutes=minute,
                                                                      seconds=5)),
                        "id": job_id})
