@@ -156,7 +156,7 @@ def test_filter_jobs_by_queue_and_state(page: Watch, queue: portq.Queue, qname: 
     dead = failed_twice(queue, qname)
     p = page.page
     p.goto("/jobs")
-    p.select_option('select[name="queue"]', qname)
+    p.fill('input[name="queue"]', qname)
     p.select_option('select[name="state"]', "dead")
     p.click('#filters button[type="submit"]')
     p.wait_for_url("**/jobs?*state=dead*")

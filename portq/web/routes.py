@@ -129,7 +129,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
         return render(request, "jobs.html", status=400 if error else 200, f=f, rows=rows,
                       error=error, next_query=next_query, first_query=f.query(),
-                      bulk=bulk, queues=[s.queue for s in queue.stats()], states=STATES,
+                      bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
 
     def job(request: Request) -> Response:
@@ -347,6 +347,12 @@ def overview_data(queue: Queue) -> dict[str, Any]:
                      "finished_last_hour": sum(finished)})
     return {"queues": rows, "minutes": MINUTES,
             "generated_at": datetime.now(UTC).isoformat(timespec="seconds")}
+
+
+def served_queues(workers: list[WorkerInfo]) -> list[str]:
+    """The queues live workers serve: suggestions for the Jobs page's queue filter (read
+    from the small registry table; listing every queue name would scan the job table)."""
+    return sorted({name for w in workers for name in w.queues})
 
 
 def matching_count(stats: list[QueueStats], state: str) -> int:
