@@ -459,3 +459,34 @@ def test_container_url_without_docker_returns_none_at_once() -> None:
     began = time.monotonic()
     assert container_url("sqlserver") is None and container_url("oracle") is None
     assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("engine", ["postgres", "sqlite", "mysql", "sqlserver", "oracle"])
+@pytest.mark.parametrize("name", ["jobs", "jobs_newest", "jobs_by_run_at"])
+def test_payload_search_escapes_like_with_the_character_portq_escapes(engine: str,
+                                                                     name: str) -> None:
+    """like_pattern() escapes %, _ and ! with '!': every listing's LIKE must say ESCAPE '!'
+    and compare the lower-cased payload (the pattern is lower-cased)."""
+    from portq.backends.base import like_pattern
+    assert like_pattern("5%_!") == "%5!%!_!!%"
+    sql = load_queries(engine)[name]
+    assert re.search(r"LOWER\((CAST\()?payload(::text| AS CHAR\))?\) LIKE :pattern "
+                     r"ESCAPE N?'!'", sql, re.I), sql
+
+
+def test_sqlserver_minute_buckets_count_seconds_and_group_by_the_same_expression() -> None:
+    _one("sqlserver", "finished_per_minute")  # parses
+    sql = load_queries("sqlserver")["finished_per_minute"]
+    bucket = "DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60"
+    assert sql.count(bucket) == 2, sql  # selected and grouped by
+    assert "DATEADD(MINUTE, -CAST(:minutes AS INT), SYSUTCDATETIME())" in sql
+
+
+def test_oracle_minute_buckets_use_the_finished_index_expression() -> None:
+    sql = load_queries("oracle")["finished_per_minute"]
+    index = _index_expressions("portq_job_finished_idx")
+    tree = _one("oracle", "finished_per_minute")
+    where = tree.args["where"].sql(dialect="oracle")
+    assert index[0] in where, (index, where)
+    assert sql.count("FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - "
+                     "CAST(finished_at AS DATE)) * 1440)") == 2
