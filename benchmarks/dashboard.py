@@ -94,10 +94,25 @@ def pages(ids: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def measure(url: str, total: int, repeat: int) -> dict[str, Any]:
+def existing(queue: portq.Queue) -> dict[str, Any] | None:
+    """The fill of a table kept by an earlier ``--keep`` run, if it is there."""
+    backend = queue.backend
+    try:
+        with backend.transaction(write=False) as cur:
+            backend.execute(cur, f"SELECT count(*), min(job_id), max(job_id) FROM "
+                                 f"{backend.prefix}job")
+            rows, low, high = cur.fetchone()
+    except Exception:  # noqa: BLE001 - no table yet
+        return None
+    return {"rows": int(rows), "low": low, "high": high, "fill_s": "kept"} if rows else None
+
+
+def measure(url: str, total: int, repeat: int, keep: bool = False) -> dict[str, Any]:
     with portq.connect(url, prefix=PREFIX) as queue:
-        print(f"filling {total:,} jobs on {queue.url} ...", file=sys.stderr, flush=True)
-        ids = fill(queue, total)
+        ids = existing(queue) if keep else None
+        if ids is None or ids["rows"] != total:
+            print(f"filling {total:,} jobs on {queue.url} ...", file=sys.stderr, flush=True)
+            ids = fill(queue, total)
         engine = queue.backend.engine
         version = bench.server_version(queue.backend)
         port = free_port()
@@ -136,7 +151,8 @@ def measure(url: str, total: int, repeat: int) -> dict[str, Any]:
         finally:
             proc.terminate()
             proc.wait(10)
-            bench.drop_tables(queue.backend)
+            if not keep:
+                bench.drop_tables(queue.backend)
     return {"engine": engine, "version": version, "fill": ids, "pages": results,
             "load_before": [round(x, 2) for x in load_before],
             "load_after": [round(x, 2) for x in load_after]}
@@ -191,9 +207,11 @@ def main() -> int:
     parser.add_argument("--url", action="append", required=True)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the filled portqd_ tables (and reuse them next time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-dashboard.md"))
     args = parser.parse_args()
-    runs = [measure(url, args.jobs, args.repeat) for url in args.url]
+    runs = [measure(url, args.jobs, args.repeat, args.keep) for url in args.url]
     print(json.dumps(runs, indent=2))
     Path(args.out).write_text(report(runs, bench.machine()), encoding="utf-8")
     return 0

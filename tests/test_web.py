@@ -219,3 +219,25 @@ def test_dashboard_refuses_a_public_host_without_a_token(engine_url: str) -> Non
                      env={"PORTQ_DASHBOARD_TOKEN": None})
     assert proc.returncode == 2 and "without an access token" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_overview_counts_are_shared_between_polls(queue: portq.Queue, qname: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many browsers poll, the table is recounted at most once per half refresh."""
+    calls = []
+    real = queue.stats
+
+    def counting(name: str | None = None) -> list[portq.QueueStats]:
+        calls.append(name)
+        return real(name)
+    monkeypatch.setattr(queue, "stats", counting)
+    with TestClient(web_app(queue, poll_seconds=1.0), base_url="http://127.0.0.1") as c:
+        for _ in range(5):
+            assert c.get("/api/overview").status_code == 200
+        assert c.get("/").status_code == 200
+        assert len(calls) == 1
+        queue.enqueue(qname, "new")
+        import time
+        time.sleep(0.6)
+        row = [q for q in c.get("/api/overview").json()["queues"] if q["queue"] == qname]
+        assert len(calls) == 2 and row and row[0]["ready"] == 1

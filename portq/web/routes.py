@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,11 +107,13 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
 
     # ---- pages ------------------------------------------------------------------------
 
+    snapshot = Snapshot(lambda: overview_data(queue), max_age=settings.poll_seconds / 2)
+
     def overview(request: Request) -> Response:
-        return render(request, "overview.html", data=overview_data(queue))
+        return render(request, "overview.html", data=snapshot.get())
 
     def overview_api(request: Request) -> Response:
-        return JSONResponse(overview_data(queue))
+        return JSONResponse(snapshot.get())
 
     def jobs(request: Request) -> Response:
         f = JobFilter.from_query(request.query_params)
@@ -326,6 +330,26 @@ class JobFilter:
                   "text": self.text, "order": self.order if self.order != "-id" else None,
                   **more}
         return urlencode({k: v for k, v in fields.items() if v})
+
+
+class Snapshot:
+    """The overview's data, recomputed at most once per ``max_age`` seconds however many
+    browsers poll it (its counts are a pass over the whole job table); concurrent requests
+    for a stale snapshot wait for one recount instead of each running their own."""
+
+    def __init__(self, compute: Callable[[], dict[str, Any]], max_age: float) -> None:
+        self.compute = compute
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._value: dict[str, Any] | None = None
+        self._at = 0.0
+
+    def get(self) -> dict[str, Any]:
+        with self._lock:
+            if self._value is None or time.monotonic() - self._at >= self.max_age:
+                self._value = self.compute()
+                self._at = time.monotonic()
+            return self._value
 
 
 def overview_data(queue: Queue) -> dict[str, Any]:
