@@ -241,3 +241,22 @@ def test_overview_counts_are_shared_between_polls(queue: portq.Queue, qname: str
         time.sleep(0.6)
         row = [q for q in c.get("/api/overview").json()["queues"] if q["queue"] == qname]
         assert len(calls) == 2 and row and row[0]["ready"] == 1
+
+
+def test_workers_and_schedules_pages_show_the_registry(client: TestClient, queue: portq.Queue,
+                                                       qname: str) -> None:
+    from portq.job import WorkerInfo
+    wid = f"dash-{qname}"
+    queue.backend.beat_worker(WorkerInfo(
+        wid, "host-b", 77, (qname,), 6, 2,
+        ({"name": f"{qname}-nightly", "queue": qname, "cron": "0 3 * * *",
+          "next_due": "2030-01-02T03:00:00+00:00",
+          "last_enqueued": "2030-01-01T03:00:00+00:00"},)), 60_000)
+    try:
+        workers = client.get("/workers").text
+        assert wid in workers and "host-b" in workers and ">6<" in workers
+        schedules = client.get("/schedules").text
+        assert f"{qname}-nightly" in schedules and "0 3 * * *" in schedules
+        assert "2030-01-02 03:00:00 UTC" in schedules and "2030-01-01 03:00:00 UTC" in schedules
+    finally:
+        queue.backend.deregister_worker(wid)
