@@ -45,7 +45,7 @@ SAMPLE: dict[str, Any] = {
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "after_id": 0, "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
-    "minutes": 60, "any_key": 1, "any_text": 1, "pattern": "%x%", "after_run_at": None,
+    "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",

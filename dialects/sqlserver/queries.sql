@@ -198,13 +198,13 @@ GROUP BY queue;
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
--- exact key, payload text (lower-cased LIKE pattern, '!' escapes). Three orders.
+-- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
+-- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
-  AND (:any_key = 1 OR job_key = :key)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND job_id > :after_id
 ORDER BY job_id;
@@ -214,7 +214,6 @@ SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attem
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
-  AND (:any_key = 1 OR job_key = :key)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND (:after_id = 0 OR job_id < :after_id)
 ORDER BY job_id DESC;
@@ -224,7 +223,6 @@ SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attem
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
-  AND (:any_key = 1 OR job_key = :key)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND (:after_id = 0 OR run_at > :after_run_at
        OR (run_at = :after_run_at AND job_id > :after_id))

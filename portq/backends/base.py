@@ -467,14 +467,31 @@ class SqlBackend(Backend):
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
              after_id: int = 0, *, key: str | None = None, text: str | None = None,
              order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
+        if key is not None:
+            return self._job_of_key(key, state, queue, after_id, text)
         params = {"state": state or ALL_QUEUES, "queue": queue or ALL_QUEUES, "limit": limit,
-                  "after_id": after_id, "any_key": int(key is None), "key": key or "",
-                  "any_text": int(not text), "pattern": like_pattern(text or ""),
+                  "after_id": after_id, "any_text": int(not text),
+                  "pattern": like_pattern(text or ""),
                   "after_run_at": self.to_db_time(after_run_at or datetime.now(UTC))}
         statement = JOB_ORDERS[order]
         rows = self.run("jobs", lambda cur: self.execute(cur, statement, params).fetchall(),
                         write=False)
         return [self.record_from_row(r) for r in rows]
+
+    def _job_of_key(self, key: str, state: str | None, queue: str | None, after_id: int,
+                    text: str | None) -> list[JobRecord]:
+        """The listing filtered by key: the one job holding it (unique index), if it also
+        passes the other filters and is not on a page already shown."""
+        row = self.run("job_id_by_key", lambda cur: self.execute(
+            cur, "job_id_by_key", {"key": key}).fetchone(), write=False)
+        record = None if row is None or after_id else self.job(int(row[0]))
+        if record is None or (state and record.state != state) or \
+                (queue and record.queue != queue):
+            return []
+        if text and text.lower() not in json.dumps(record.payload, ensure_ascii=False,
+                                                   separators=(",", ":")).lower():
+            return []
+        return [record]
 
     def job(self, job_id: int) -> JobRecord | None:
         row = self.run("job", lambda cur: self.execute(

@@ -35,6 +35,12 @@ def test_filters_by_key_and_payload_text(queue: portq.Queue, qname: str) -> None
     (one,) = queue.jobs(queue=qname, key=f"{qname}-c")
     assert one.id == ids[2] and one.key == f"{qname}-c"
     assert queue.jobs(queue=qname, key=f"{qname}-missing") == []
+    # a key filter combines with the others
+    assert queue.jobs("dead", queue=qname, key=f"{qname}-c") == []
+    assert queue.jobs(queue="elsewhere", key=f"{qname}-c") == []
+    assert [r.id for r in queue.jobs(key=f"{qname}-a", text="ALICE")] == [ids[0]]
+    assert queue.jobs(key=f"{qname}-a", text="carol") == []
+    assert queue.jobs(key=f"{qname}-a", after_id=ids[0]) == [], "one job: one page"
     assert [r.id for r in queue.jobs(queue=qname, text="alice")] == [ids[0]], \
         "payload search must ignore case"
     # LIKE wildcards in the search text are literal characters
