@@ -5,6 +5,8 @@ mounting under a prefix, and `portq dashboard`'s refusal to serve beyond loopbac
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -223,12 +225,17 @@ def test_dashboard_refuses_a_public_host_without_a_token(engine_url: str) -> Non
 
 def test_overview_counts_are_shared_between_polls(queue: portq.Queue, qname: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """However many browsers poll, the table is recounted at most once per half refresh."""
+    """However many browsers poll, the table is recounted at most once per half refresh,
+    in the background: a poll never waits for a recount once a snapshot exists."""
+    from portq.conformance.helpers import wait_until
     calls = []
     real = queue.stats
+    gate = threading.Event()
+    gate.set()
 
     def counting(name: str | None = None) -> list[portq.QueueStats]:
         calls.append(name)
+        assert gate.wait(30)
         return real(name)
     monkeypatch.setattr(queue, "stats", counting)
     with TestClient(web_app(queue, poll_seconds=1.0), base_url="http://127.0.0.1") as c:
@@ -237,10 +244,21 @@ def test_overview_counts_are_shared_between_polls(queue: portq.Queue, qname: str
         assert c.get("/").status_code == 200
         assert len(calls) == 1
         queue.enqueue(qname, "new")
-        import time
         time.sleep(0.6)
-        row = [q for q in c.get("/api/overview").json()["queues"] if q["queue"] == qname]
-        assert len(calls) == 2 and row and row[0]["ready"] == 1
+        gate.clear()  # the next recount blocks until released
+        started = time.monotonic()
+        stale = c.get("/api/overview").json()  # served at once, recount in the background
+        assert time.monotonic() - started < 5 and len(calls) == 2
+        assert not [q for q in stale["queues"] if q["queue"] == qname]
+        assert c.get("/api/overview").status_code == 200 and len(calls) == 2, \
+            "a second recount started while one was running"
+        gate.set()
+
+        def fresh() -> bool:
+            rows = [q for q in c.get("/api/overview").json()["queues"] if q["queue"] == qname]
+            return bool(rows) and rows[0]["ready"] == 1
+        assert wait_until(fresh, timeout=10)
+
 
 
 def test_workers_and_schedules_pages_show_the_registry(client: TestClient, queue: portq.Queue,

@@ -9,6 +9,7 @@ worker ids) reaches the page through Jinja2's autoescaping or, for live updates,
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -34,6 +35,7 @@ from portq.job import QueueStats, State, WorkerInfo
 from portq.queue import Queue
 from portq.web.security import SESSION_COOKIE, Guard
 
+log = logging.getLogger("portq.web")
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
 BULK_BATCH = 500          # rows per statement of a bulk action
@@ -333,23 +335,56 @@ class JobFilter:
 
 
 class Snapshot:
-    """The overview's data, recomputed at most once per ``max_age`` seconds however many
-    browsers poll it (its counts are a pass over the whole job table); concurrent requests
-    for a stale snapshot wait for one recount instead of each running their own."""
+    """The overview's data, shared by every browser that polls it. Its counts are a pass
+    over the whole job table, so it is recounted in the background, never by a request
+    that already has a snapshot to show: a stale snapshot is served while one recount
+    runs. Recounts start at most every ``max_age`` seconds, and never more often than
+    every three times the last recount's duration, so a slow count on a big table takes at
+    most a third of one connection's time. Only the very first request waits."""
 
     def __init__(self, compute: Callable[[], dict[str, Any]], max_age: float) -> None:
         self.compute = compute
         self.max_age = max_age
         self._lock = threading.Lock()
         self._value: dict[str, Any] | None = None
-        self._at = 0.0
+        self._started = 0.0          # monotonic time the last recount started
+        self._took = 0.0             # how long it took
+        self._running = False
 
     def get(self) -> dict[str, Any]:
         with self._lock:
-            if self._value is None or time.monotonic() - self._at >= self.max_age:
-                self._value = self.compute()
-                self._at = time.monotonic()
-            return self._value
+            value = self._value
+            due = time.monotonic() - self._started >= max(self.max_age, 3 * self._took)
+            start = value is not None and due and not self._running
+            if start:
+                self._running, self._started = True, time.monotonic()
+        if value is None:
+            with self._lock:  # the first request computes; concurrent first requests wait
+                if self._value is None:
+                    self._recount()
+                return self._value  # type: ignore[return-value]
+        if start:
+            threading.Thread(target=self._background, name="portq-overview",
+                             daemon=True).start()
+        return value
+
+    def _recount(self) -> None:
+        started = time.monotonic()
+        value = self.compute()
+        self._value, self._started = value, started
+        self._took = time.monotonic() - started
+
+    def _background(self) -> None:
+        try:
+            value = self.compute()
+            with self._lock:
+                self._value = value
+                self._took = time.monotonic() - self._started
+        except Exception as exc:  # noqa: BLE001 - keep serving the last snapshot
+            log.warning("dashboard.overview_error error=%s: %s", type(exc).__name__, exc)
+        finally:
+            with self._lock:
+                self._running = False
 
 
 def overview_data(queue: Queue) -> dict[str, Any]:
