@@ -69,15 +69,26 @@ def fill(queue: portq.Queue, total: int) -> dict[str, Any]:
     with backend.transaction() as cur:
         backend.execute(cur, f"UPDATE {table} SET state = 'dead', last_error = 'boom' "
                              "WHERE state = 'succeeded' AND job_id % 1000 = 0")
+    with backend.transaction() as cur:
         backend.execute(cur, f"UPDATE {table} SET job_key = 'bench-key' WHERE job_id = :id",
-                        {"id": low + (high - low) // 2})
+                        {"id": middle_id(queue, {"low": low, "high": high})})
     bench.analyze_table(backend)
     return {"rows": top, "low": low, "high": high,
             "fill_s": round(time.perf_counter() - started, 1)}
 
 
+def middle_id(queue: portq.Queue, ids: dict[str, Any]) -> int:
+    """An existing job id half-way through the table (MySQL leaves identity gaps)."""
+    backend = queue.backend
+    with backend.transaction(write=False) as cur:
+        backend.execute(cur, f"SELECT min(job_id) FROM {backend.prefix}job "
+                             "WHERE job_id >= :m", {"m": ids["low"] + (ids["high"] -
+                                                                      ids["low"]) // 2})
+        return int(cur.fetchone()[0])
+
+
 def pages(ids: dict[str, Any]) -> list[tuple[str, str]]:
-    middle = ids["low"] + (ids["high"] - ids["low"]) // 2
+    middle = ids["middle"]
     return [
         ("overview (HTML)", "/"),
         ("overview JSON (the 5 s poll)", "/api/overview"),
@@ -113,6 +124,7 @@ def measure(url: str, total: int, repeat: int, keep: bool = False) -> dict[str, 
         if ids is None or ids["rows"] != total:
             print(f"filling {total:,} jobs on {queue.url} ...", file=sys.stderr, flush=True)
             ids = fill(queue, total)
+        ids["middle"] = middle_id(queue, ids)
         engine = queue.backend.engine
         version = bench.server_version(queue.backend)
         port = free_port()

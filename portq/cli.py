@@ -16,7 +16,8 @@ from typing import Any
 
 import portq
 from portq.errors import ConfigurationError, PortqError
-from portq.job import Job, WorkerInfo
+from portq.job import Job
+from portq.registry import live_workers, workers_per_queue
 from portq.retry import Backoff
 from portq.worker import Worker
 
@@ -133,8 +134,10 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        serving = _workers_per_queue(q.workers())
-        rows = [{**s.as_dict(), "workers": serving.get(s.queue, 0)} for s in q.stats(args.queue)]
+        live = live_workers(q)  # None before migration 3: the column shows "-"
+        serving = None if live is None else workers_per_queue(live)
+        rows = [{**s.as_dict(), "workers": None if serving is None else serving.get(s.queue, 0)}
+                for s in q.stats(args.queue)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -143,15 +146,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
     table = [[_cell(r[c]) for c in cols] for r in rows]
     _print_table(cols, table)
     return 0
-
-
-def _workers_per_queue(workers: Sequence[WorkerInfo]) -> dict[str, int]:
-    """How many live workers serve each queue."""
-    out: dict[str, int] = {}
-    for w in workers:
-        for name in w.queues:
-            out[name] = out.get(name, 0) + 1
-    return out
 
 
 def cmd_workers(args: argparse.Namespace) -> int:
@@ -459,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hide and refuse every action (retry, cancel, delete)")
     p.add_argument("--token", default=None,
                    help="access token the browser must present (default: "
-                        "$PORTQ_DASHBOARD_TOKEN); required for a non-loopback --host")
+                        "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
+                        "as they can an argument); required for a non-loopback --host")
     p.add_argument("--refresh", type=parse_duration, default=5.0,
                    help="how often the overview polls for new counts (default 5s)")
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("portq.registry")
 DEFAULT_REGISTRY_INTERVAL = 10.0
+REGISTRY_SCHEMA_VERSION = 3  # the migration that creates portq_worker
 
 
 class Registration:
@@ -130,3 +131,20 @@ def registration_of(worker: Registrable, queue: Queue,
     return Registration(queue, worker.worker_id, worker.queues, worker.concurrency,
                         jobs_in_hand, scheduler.entries if scheduler is not None else list,
                         worker.registry_interval)
+
+
+def live_workers(queue: Queue) -> list[WorkerInfo] | None:
+    """The registry's live rows, or None when the schema predates the registry (run
+    ``portq migrate``)."""
+    if queue.backend.schema_version() < REGISTRY_SCHEMA_VERSION:
+        return None
+    return queue.workers()
+
+
+def workers_per_queue(workers: Sequence[WorkerInfo]) -> dict[str, int]:
+    """How many of ``workers`` serve each queue."""
+    out: dict[str, int] = {}
+    for w in workers:
+        for name in w.queues:
+            out[name] = out.get(name, 0) + 1
+    return out

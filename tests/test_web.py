@@ -278,3 +278,23 @@ def test_workers_and_schedules_pages_show_the_registry(client: TestClient, queue
         assert "2030-01-02 03:00:00 UTC" in schedules and "2030-01-01 03:00:00 UTC" in schedules
     finally:
         queue.backend.deregister_worker(wid)
+
+
+def test_stats_before_the_registry_migration(tmp_path: object) -> None:
+    """A database still at schema 2: `portq stats` works, its workers column shows '-',
+    and the dashboard refuses to start with the one-line migrate advice."""
+    import sqlite3
+    from pathlib import Path
+    db = Path(str(tmp_path)) / "old.db"
+    url = f"sqlite:///{db}"
+    with portq.connect(url) as q:
+        q.migrate()
+        q.enqueue("old", 1)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE portq_worker")
+        conn.execute("DELETE FROM portq_schema_version WHERE version >= 3")
+    out = run_portq("stats", url).stdout.splitlines()
+    assert out[0].split()[-1] == "workers" and out[1].split()[-1] == "-"
+    proc = run_portq("dashboard", url, "--port", "1", check=False)
+    assert proc.returncode == 2 and "portq migrate" in proc.stderr
+    assert "Traceback" not in proc.stderr

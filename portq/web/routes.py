@@ -33,6 +33,7 @@ from starlette.staticfiles import StaticFiles
 from portq.errors import PortqError
 from portq.job import QueueStats, State, WorkerInfo
 from portq.queue import Queue
+from portq.registry import workers_per_queue
 from portq.web.security import SESSION_COOKIE, Guard
 
 log = logging.getLogger("portq.web")
@@ -392,10 +393,7 @@ def overview_data(queue: Queue) -> dict[str, Any]:
     finished jobs per minute (the JSON of /api/overview)."""
     stats = queue.stats()
     series = queue.finished_per_minute(MINUTES)
-    serving: dict[str, int] = {}
-    for w in queue.workers():
-        for name in w.queues:
-            serving[name] = serving.get(name, 0) + 1
+    serving = workers_per_queue(queue.workers())
     rows = []
     for s in stats:
         per_state = series.get(s.queue, {})
