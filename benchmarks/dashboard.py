@@ -204,6 +204,8 @@ def report(runs: list[dict[str, Any]], machine: dict[str, Any]) -> str:
         "; every 1000th finished job dead; finish times spread evenly over 7 days "
         "(~5,400 jobs in the last hour, which the per-minute charts aggregate).",
         "",
+        "Paths are those of the first engine's run (ids differ per engine).",
+        "",
         "| page | " + " | ".join(f"{e} median / p90 ms" for e in engines) + " |",
         "|---|" + "---|" * len(engines),
     ]
@@ -213,7 +215,8 @@ def report(runs: list[dict[str, Any]], machine: dict[str, Any]) -> str:
     lines += ["", "| engine | server | rows | fill s | load before | load after |",
               "|---|---|---|---|---|---|"]
     for r in runs:
-        lines.append(f"| {r['engine']} | {r['version']} | {r['fill']['rows']:,} | "
+        lines.append(f"| {r['engine']} | {r['version'].split(' on ')[0]} | "
+                     f"{r['fill']['rows']:,} | "
                      f"{r['fill']['fill_s']} | {r['load_before']} | {r['load_after']} |")
     lines += ["", "## Reading the numbers", "",
               "* Paging is by key (`job_id`, or `(run_at, job_id)`), never `OFFSET`, so a "
@@ -222,9 +225,12 @@ def report(runs: list[dict[str, Any]], machine: dict[str, Any]) -> str:
               "* The overview's counts are `Queue.stats()` (one grouped pass over the job "
               "table, the same query `portq stats` runs) plus the finished index's last "
               "hour for the charts: the *recount* row is what that costs, and it grows with "
-              "the table. The dashboard recounts at most once per half refresh interval "
-              "(2.5 s by default) however many browsers poll, and serves that snapshot in "
-              "between: the two *overview* rows are what a browser waits for.",
+              "the table. The dashboard recounts in the background, at most once per half "
+              "refresh interval (2.5 s by default) and never more often than three times "
+              "the last recount's duration, however many browsers poll, and serves the last "
+              "snapshot meanwhile: the two *overview* rows are what a browser waits for "
+              "(served from that snapshot), the *recount* row how stale it can be and what "
+              "the database spends on it.",
               "* Filters whose rows are far from the newest ids (here `emails` ready jobs, "
               "250,000 ids behind the newest) walk the primary key backwards past the "
               "rows in between; on a table that big and filtered that often, an index "
@@ -240,15 +246,20 @@ def report(runs: list[dict[str, Any]], machine: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", action="append", required=True)
+    parser.add_argument("--url", action="append")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--keep", action="store_true",
                         help="keep the filled portqd_ tables (and reuse them next time)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-dashboard.md"))
+    parser.add_argument("--from-json", default=None, metavar="FILE",
+                        help="only write the report from the JSON a run printed")
     args = parser.parse_args()
-    runs = [measure(url, args.jobs, args.repeat, args.keep) for url in args.url]
-    print(json.dumps(runs, indent=2))
+    if args.from_json:
+        runs = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    else:
+        runs = [measure(url, args.jobs, args.repeat, args.keep) for url in args.url or []]
+        print(json.dumps(runs, indent=2))
     Path(args.out).write_text(report(runs, bench.machine()), encoding="utf-8")
     return 0
 
