@@ -91,8 +91,10 @@ def dashboard(url: str, *extra: str, prefix: str = TEST_PREFIX) -> Iterator[str]
             proc.wait(10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """A Chromium per test: Playwright's sync API keeps an asyncio loop running in this
+    thread while it is open, which would break every later test that calls asyncio.run()."""
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True)
         yield b
