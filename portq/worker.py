@@ -42,14 +42,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Job, error_line
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
+from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
+
+if TYPE_CHECKING:
+    from portq.schedule import Scheduler
 
 log = logging.getLogger("portq.worker")
 Handler = Callable[[Job], Any]
@@ -320,7 +324,8 @@ class Worker:
                  burst: bool = False, worker_id: str | None = None,
                  install_signals: bool = False, heartbeat: bool = True,
                  listen: bool = True, prefetch: int | None = None,
-                 ack_delay: float | None = None, claimers: int | None = None) -> None:
+                 ack_delay: float | None = None, claimers: int | None = None,
+                 registry_interval: float | None = DEFAULT_REGISTRY_INTERVAL) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -386,11 +391,15 @@ class Worker:
         self.install_signals = install_signals
         self.heartbeat = heartbeat
         self.listen = listen
+        #: seconds between registry heartbeats (portq workers, the dashboard); None: none
+        self.registry_interval = registry_interval
+        #: a Scheduler run beside this worker, whose entries the registry row reports
+        self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
         self.gather_seconds = 0.005
         # a pool big enough for every handler's report (failures) plus the claim loops,
-        # their completion batchers, the heartbeat and the reaper
-        queue.backend.pool.resize(self.concurrency + 2 + 2 * self.claimers)
+        # their completion batchers, the heartbeat, the reaper and the registry
+        queue.backend.pool.resize(self.concurrency + 3 + 2 * self.claimers)
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
         self._acking: dict[int, Job] = {}  # handler returned, completion not yet written
@@ -417,6 +426,9 @@ class Worker:
     def run(self) -> WorkerCounters:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
+        registration = registration_of(self, self.queue, lambda: self.held)
+        if registration is not None:
+            registration.start()
         self._start_threads()
         log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
                  "lease=%gs look_ahead=%s claim_loops=%d", self.worker_id,
@@ -428,6 +440,8 @@ class Worker:
             self._claim_loop()
         finally:
             self._shutdown()
+            if registration is not None:
+                registration.stop()
             if restore:
                 restore()
         log.info("worker.stopped worker=%s %s", self.worker_id,

@@ -96,3 +96,20 @@ ALTER TABLE portq_job DROP COLUMN job_key;
 EXEC sp_rename N'portq_job.job_key_bytes', N'job_key', N'COLUMN';
 ALTER TABLE portq_job ADD CONSTRAINT portq_job_key_ck CHECK (DATALENGTH(job_key) > 0);
 CREATE UNIQUE INDEX portq_job_key_uq ON portq_job (job_key) WHERE job_key IS NOT NULL;
+
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE portq_worker (
+    worker_id    NVARCHAR(200) NOT NULL CONSTRAINT portq_worker_pk PRIMARY KEY,
+    host         NVARCHAR(255) NOT NULL,
+    pid          INT           NOT NULL,
+    queues       NVARCHAR(MAX) NOT NULL,
+    concurrency  INT           NOT NULL,
+    jobs_in_hand INT           NOT NULL CONSTRAINT portq_worker_jobs_df DEFAULT 0,
+    schedules    NVARCHAR(MAX) NOT NULL,
+    started_at   DATETIME2(6)  NOT NULL CONSTRAINT portq_worker_started_df DEFAULT SYSUTCDATETIME(),
+    heartbeat_at DATETIME2(6)  NOT NULL CONSTRAINT portq_worker_beat_df DEFAULT SYSUTCDATETIME(),
+    expires_at   DATETIME2(6)  NOT NULL
+);
