@@ -18,6 +18,7 @@ from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
+from portq.job import EnqueueResult
 from portq.sql import split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
@@ -87,11 +88,19 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id
-        # of the inserted row or of the existing one (read under its row lock).
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult:
+        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id of
+        # the inserted row or of the existing one (read under its row lock). Affected rows
+        # are 1 for a new row and 0 for the key's existing row, left as it was. A
+        # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
+        # so there the key is looked up first; a job of that key committed in between (or
+        # after a caller's snapshot) is then reported as created, with the right id.
+        found_rows = bool(getattr(cur.connection, "client_flag", 0) & CLIENT.FOUND_ROWS)
+        existed = found_rows and params.get("key") is not None and \
+            self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)
-        return int(cur.lastrowid) if cur.lastrowid else None
+        created = not existed if found_rows else cur.rowcount == 1
+        return EnqueueResult(int(cur.lastrowid), created)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         lock, update, read = self.steps["claim"]
@@ -107,9 +116,13 @@ class MysqlBackend(SqlBackend):
         return int(self.execute(cur, update, {**params, "ids": ids}).rowcount) if ids else 0
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
-        lock, delete = self.steps["prune"]
+        return self.batch_rows(cur, "prune", params)
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Lock a bounded batch of ids (first step), then change those rows (second)."""
+        lock, change = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
-        return int(self.execute(cur, delete, {"ids": ids}).rowcount) if ids else 0
+        return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
 
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())
