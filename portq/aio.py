@@ -239,6 +239,15 @@ class AsyncQueue:
 
     # ---- operators and maintenance (the sync Queue, in a thread) -------------------------
 
+    async def store_result(self, job: Job | Claim, result: Any) -> bool:
+        """Store a running job's return value (see :meth:`portq.Queue.store_result`)."""
+        text = self.queue.dump_result(result)
+        return await asyncio.to_thread(self.backend.store_result, _claim_of(job), text)
+
+    async def result(self, job_id: int) -> Any:
+        """A succeeded job's stored return value (see :meth:`portq.Queue.result`)."""
+        return await asyncio.to_thread(self.queue.result, job_id)
+
     async def migrate(self) -> int:
         return await asyncio.to_thread(self.queue.migrate)
 
@@ -396,8 +405,11 @@ class AsyncWorker:
     async def _execute(self, job: Job) -> None:
         try:
             try:
-                await self.handler(job)
-            except Permanent as exc:
+                result = await self.handler(job)
+                if result is not None and not await self.queue.store_result(job, result):
+                    self.counters.lost += 1
+                    return
+            except Permanent as exc:  # a ResultError (result not storable) too
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
                 await self._report(job, str(exc), exc.delay)

@@ -130,5 +130,14 @@ class Backend(ABC):
         """Every recorded failed attempt of a job, in attempt order."""
 
     @abstractmethod
+    def store_result(self, claim: Claim, result_json: str) -> bool:
+        """Store a running job's return value (JSON text) in its own transaction, replacing
+        an earlier generation's, only while ``claim`` owns the job; False: ownership lost."""
+
+    @abstractmethod
+    def result(self, job_id: int) -> Any:
+        """The stored return value of a succeeded job, or None when it has none."""
+
+    @abstractmethod
     def close(self) -> None:
         """Close every pooled connection."""

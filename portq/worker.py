@@ -43,7 +43,7 @@ from typing import Any, Generic, TypeVar
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.job import Job
-from portq.queue import Queue, duration_ms, positive_int, validate_queue
+from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_queue
 from portq.retry import Backoff
 
 log = logging.getLogger("portq.worker")
@@ -566,8 +566,10 @@ class Worker:
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
         try:
-            self.handler(job)
-        except Permanent as exc:
+            result = self.handler(job)
+            if result is not None and not self._store_result(job, result):
+                return False  # lost meanwhile; its new owner reports
+        except Permanent as exc:  # a ResultError (result not storable) too
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
             self._report(job, "retry", str(exc), max(0.0, exc.delay))
@@ -585,6 +587,18 @@ class Worker:
             self._acks.put_many((job,))
             return True
         return False
+
+    def _store_result(self, job: Job, result: Any) -> bool:
+        """Store a handler's return value before its completion; False when the claim lost
+        the job (logged as lost) or the lease ran out first."""
+        text = self.queue.dump_result(result)  # ResultError: the job goes to dead
+        if not self._owned(job):
+            return False  # released or lost meanwhile (already logged)
+        written = self._write([job], lambda: [self.queue.backend.store_result(
+            _claim_of(job), text)])
+        if written is not None and not written[0][0]:
+            self._record(job, "succeeded", False, written[1], "", None)
+        return written is not None and written[0][0]
 
     def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """Write the outcome, retrying through connection trouble until the lease ends."""

@@ -43,7 +43,7 @@ SAMPLE: dict[str, Any] = {
     "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
-    "extra": 1, "state": "ready", "after_id": 0,
+    "extra": 1, "state": "ready", "after_id": 0, "result": "{}",
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",

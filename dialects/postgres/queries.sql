@@ -218,3 +218,23 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- Results (migration 5). store_result runs lock_owned_job (which locks the job row, so no
+-- reap or claim can take the job meanwhile), then delete_result and insert_result, in one
+-- transaction: the result is written only while the claim still owns the job.
+-- name: lock_owned_job
+SELECT job_id FROM portq_job
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now()
+FOR UPDATE;
+
+-- name: delete_result
+DELETE FROM portq_result WHERE job_id = :job_id;
+
+-- name: insert_result
+INSERT INTO portq_result (job_id, generation, result)
+VALUES (:job_id, :generation, CAST(:result AS jsonb));
+
+-- name: job_result
+SELECT r.result::text FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
+WHERE r.job_id = :job_id AND j.state = 'succeeded';

@@ -44,3 +44,14 @@ CREATE TABLE portq_job_error (
     failed_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (job_id, attempt)
 );
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result.
+CREATE TABLE portq_result (
+    job_id     bigint      PRIMARY KEY REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    generation integer     NOT NULL,
+    result     jsonb       NOT NULL,
+    stored_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -174,3 +174,24 @@ WHERE job_id IN (
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
     LIMIT :limit);
+
+-- Results (migration 5). store_result runs lock_owned_job, then delete_result and
+-- insert_result, in one transaction (BEGIN IMMEDIATE already holds the write lock): the
+-- result is written only while the claim still owns the job.
+-- name: lock_owned_job
+SELECT job_id FROM portq_job
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: delete_result
+DELETE FROM portq_result WHERE job_id = :job_id;
+
+-- name: insert_result
+INSERT INTO portq_result (job_id, generation, result, stored_at)
+VALUES (:job_id, :generation, :result,
+        CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
+
+-- name: job_result
+SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
+WHERE r.job_id = :job_id AND j.state = 'succeeded';

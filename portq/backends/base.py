@@ -487,6 +487,28 @@ class SqlBackend(Backend):
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
 
+    # ---- results ------------------------------------------------------------------------
+
+    def store_result(self, claim: Claim, result_json: str) -> bool:
+        params = {**self.guard(claim), "result": result_json}
+
+        def go(cur: Any) -> bool:
+            if self.execute(cur, "lock_owned_job", params).fetchone() is None:
+                return False
+            self.execute(cur, "delete_result", params)
+            self.insert_result(cur, params)
+            return True
+        return self.run("store_result", go)
+
+    def insert_result(self, cur: Any, params: dict[str, Any]) -> None:
+        """Insert the result row (Oracle binds the JSON text as a CLOB)."""
+        self.execute(cur, "insert_result", params)
+
+    def result(self, job_id: int) -> Any:
+        row = self.run("job_result", lambda cur: self.execute(
+            cur, "job_result", {"job_id": job_id}).fetchone(), write=False)
+        return None if row is None else self.load_payload(row[0])
+
     def load_text(self, value: Any) -> str | None:
         if value is None or isinstance(value, str):
             return value
