@@ -9,6 +9,7 @@ from portq.errors import (
     PayloadError,
     Permanent,
     PortqError,
+    ResultError,
     SchemaError,
 )
 from portq.job import Claim, Job, JobRecord, QueueStats, State
@@ -19,7 +20,7 @@ from portq.worker import RetryAfter, Worker
 __all__ = [
     "Backoff", "Claim", "ConfigurationError", "ConnectionLost", "DatabaseError",
     "DriverMissingError", "InvalidQueueName", "Job", "JobRecord", "PayloadError", "Permanent",
-    "PortqError", "Queue", "QueueStats", "RetryAfter", "SchemaError", "State", "Worker",
-    "connect",
+    "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError", "State",
+    "Worker", "connect",
 ]
 __version__ = "0.1.0"

@@ -88,6 +88,11 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
+    def accepts_connection(self, conn: Any) -> bool:
+        """PyMySQL's connections, and mysqlclient's (``MySQLdb``: Django's MySQL driver),
+        whose cursors take the same ``%(name)s`` parameters."""
+        return type(conn).__module__.split(".")[0] in ("pymysql", "MySQLdb")
+
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult:
         # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id of
         # the inserted row or of the existing one (read under its row lock). Affected rows
@@ -95,7 +100,9 @@ class MysqlBackend(SqlBackend):
         # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
         # so there the key is looked up first; a job of that key committed in between (or
         # after a caller's snapshot) is then reported as created, with the right id.
-        found_rows = bool(getattr(cur.connection, "client_flag", 0) & CLIENT.FOUND_ROWS)
+        # (mysqlclient does not expose its flags: assume FOUND_ROWS, as Django sets it)
+        found_rows = bool(getattr(cur.connection, "client_flag", CLIENT.FOUND_ROWS)
+                          & CLIENT.FOUND_ROWS)
         existed = found_rows and params.get("key") is not None and \
             self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)
