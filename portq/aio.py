@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from portq import sqla
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
 from portq.job import Claim, Job, JobRecord, QueueStats
@@ -171,6 +172,12 @@ class AsyncQueue:
             if self.native:
                 return list(await self._run("enqueue", lambda cur: self._insert(cur, jobs)))
             return await asyncio.to_thread(self.backend.enqueue, jobs)
+        if sqla.is_async(conn):  # SQLAlchemy AsyncSession / AsyncConnection
+            aconn = await sqla.async_connection(conn, self.backend.engine)
+            if not self.native:  # SQLAlchemy's sync adapter of aiosqlite/aiomysql/asyncmy
+                return list(await aconn.run_sync(lambda sync_conn: self.backend.enqueue(
+                    jobs, conn=sqla.adapted_dbapi(sync_conn))))
+            conn = (await aconn.get_raw_connection()).driver_connection
         if _is_async_psycopg(conn):
             if not self.native:
                 raise ConfigurationError(f"conn is a psycopg AsyncConnection; the "

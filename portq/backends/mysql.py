@@ -100,9 +100,10 @@ class MysqlBackend(SqlBackend):
         # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
         # so there the key is looked up first; a job of that key committed in between (or
         # after a caller's snapshot) is then reported as created, with the right id.
-        # (mysqlclient does not expose its flags: assume FOUND_ROWS, as Django sets it)
-        found_rows = bool(getattr(cur.connection, "client_flag", CLIENT.FOUND_ROWS)
-                          & CLIENT.FOUND_ROWS)
+        # Where the flags are not exposed (mysqlclient; SQLAlchemy's aiomysql/asyncmy
+        # adapters) assume FOUND_ROWS, which Django and SQLAlchemy both set.
+        flags = getattr(getattr(cur, "connection", None), "client_flag", CLIENT.FOUND_ROWS)
+        found_rows = bool(flags & CLIENT.FOUND_ROWS)
         existed = found_rows and params.get("key") is not None and \
             self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)
