@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from portq import sqla
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
@@ -44,9 +44,13 @@ from portq.queue import (
     validate_worker_id,
 )
 from portq.queue import connect as connect_sync
+from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
 from portq.sql import bind
 from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
+
+if TYPE_CHECKING:
+    from portq.schedule import Scheduler
 
 log = logging.getLogger("portq.aio")
 AsyncHandler = Callable[[Job], Awaitable[Any]]
@@ -262,9 +266,10 @@ class AsyncQueue:
         return await asyncio.to_thread(self.queue.stats, queue)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
-                   limit: int = 100, after_id: int = 0) -> list[JobRecord]:
+                   limit: int = 100, after_id: int = 0, **filters: Any) -> list[JobRecord]:
+        """:meth:`portq.Queue.jobs` (``filters``: key, text, order, after_run_at)."""
         return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit,
-                                       after_id=after_id)
+                                       after_id=after_id, **filters)
 
     async def job(self, job_id: int) -> JobRecord | None:
         return await asyncio.to_thread(self.queue.job, job_id)
@@ -304,7 +309,8 @@ class AsyncWorker:
                  *, concurrency: int = 10, lease: float = 30.0, batch: int | None = None,
                  backoff: Backoff | None = None, idle_min: float = 0.05,
                  idle_max: float = 2.0, grace: float = 30.0, burst: bool = False,
-                 worker_id: str | None = None, install_signals: bool = False) -> None:
+                 worker_id: str | None = None, install_signals: bool = False,
+                 registry_interval: float | None = DEFAULT_REGISTRY_INTERVAL) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
@@ -324,6 +330,10 @@ class AsyncWorker:
         self.burst = burst
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
+        #: seconds between registry heartbeats (portq workers, the dashboard); None: none
+        self.registry_interval = registry_interval
+        #: a Scheduler run beside this worker, whose entries the registry row reports
+        self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
         self._inflight: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
@@ -345,6 +355,9 @@ class AsyncWorker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
+        registration = registration_of(self, self.queue.queue, lambda: self.inflight)
+        registry = None if registration is None else asyncio.create_task(
+            registration.run_async(), name="portq-registry")
         log.info("worker.started worker=%s queues=%s concurrency=%d (asyncio) url=%s",
                  self.worker_id, ",".join(self.queues), self.concurrency, self.queue.url)
         try:
@@ -352,6 +365,10 @@ class AsyncWorker:
         finally:
             await self._shutdown()
             heartbeat.cancel()
+            if registry is not None:
+                registry.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await registry
             if self.install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)

@@ -16,7 +16,7 @@ from typing import Any
 
 import portq
 from portq.errors import ConfigurationError, PortqError
-from portq.job import Job
+from portq.job import Job, WorkerInfo
 from portq.retry import Backoff
 from portq.worker import Worker
 
@@ -116,6 +116,7 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
         from portq.schedule import Scheduler, load_schedules
         scheduler = Scheduler(q, load_schedules(args.schedule))
         scheduler.start()  # enqueues what is due now before the worker's first claim
+        worker.scheduler = scheduler  # its entries go into the worker's registry row
         stops.append(scheduler.stop)
     if args.metrics_port is not None:
         from portq.metrics import serve_metrics
@@ -132,15 +133,49 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        rows = [s.as_dict() for s in q.stats(args.queue)]
+        serving = _workers_per_queue(q.workers())
+        rows = [{**s.as_dict(), "workers": serving.get(s.queue, 0)} for s in q.stats(args.queue)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     cols = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
-            "oldest_ready_age_s", "retry_rate"]
+            "oldest_ready_age_s", "retry_rate", "workers"]
     table = [[_cell(r[c]) for c in cols] for r in rows]
     _print_table(cols, table)
     return 0
+
+
+def _workers_per_queue(workers: Sequence[WorkerInfo]) -> dict[str, int]:
+    """How many live workers serve each queue."""
+    out: dict[str, int] = {}
+    for w in workers:
+        for name in w.queues:
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        workers = q.workers()
+    if args.json:
+        print(json.dumps([w.as_dict() for w in workers], indent=2))
+        return 0
+    cols = ["worker_id", "host", "pid", "queues", "concurrency", "jobs_in_hand",
+            "last_heartbeat", "started_at"]
+    _print_table(cols, [[w.worker_id, w.host, str(w.pid), ",".join(w.queues),
+                         str(w.concurrency), str(w.jobs_in_hand),
+                         _cell(w.heartbeat_age_s) + "s ago",
+                         _cell(w.started_at and w.started_at.isoformat(timespec="seconds"))]
+                        for w in workers])
+    if not workers:
+        print("(no live workers)")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from portq.web.server import serve
+    return serve(_url(args), prefix=args.prefix, host=args.host, port=args.port,
+                 read_only=args.read_only, token=args.token, refresh=args.refresh)
 
 
 def _cell(value: Any) -> str:
@@ -411,6 +446,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", cmd_stats, "per-queue counts, oldest ready age, retry rate")
     p.add_argument("--queue", default=None)
     p.add_argument("--json", action="store_true")
+
+    p = command("workers", cmd_workers, "the live workers: id, host, pid, queues, "
+                "concurrency, jobs in hand, last heartbeat")
+    p.add_argument("--json", action="store_true")
+
+    p = command("dashboard", cmd_dashboard, "serve the web dashboard (needs portq[web])")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; any other needs --token)")
+    p.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
+    p.add_argument("--read-only", action="store_true",
+                   help="hide and refuse every action (retry, cancel, delete)")
+    p.add_argument("--token", default=None,
+                   help="access token the browser must present (default: "
+                        "$PORTQ_DASHBOARD_TOKEN); required for a non-loopback --host")
+    p.add_argument("--refresh", type=parse_duration, default=5.0,
+                   help="how often the overview polls for new counts (default 5s)")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
     p.add_argument("--limit", type=_positive, default=1000)

@@ -116,3 +116,28 @@ class QueueStats:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """One live worker in the registry (``portq workers``). ``schedules`` holds the cron
+    entries it runs: dicts of name, queue, cron, next_due and last_enqueued (ISO-8601 UTC).
+    The times are None until the row is read back from the database."""
+
+    worker_id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    jobs_in_hand: int = 0
+    schedules: tuple[dict[str, Any], ...] = ()
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    heartbeat_age_s: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["queues"], out["schedules"] = list(self.queues), list(self.schedules)
+        for k in ("started_at", "heartbeat_at"):
+            out[k] = None if out[k] is None else out[k].isoformat()
+        return out

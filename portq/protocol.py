@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats, WorkerInfo
 from portq.url import DatabaseURL
 
 
@@ -100,6 +100,16 @@ class Backend(ABC):
         """Cancel a ready or running job (a running job's owner then fails its fencing)."""
 
     @abstractmethod
+    def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
+        """``(queue, state, minutes_ago, count)`` of the jobs that finished (succeeded, dead,
+        cancelled) in each of the last ``minutes`` minutes, by the database clock."""
+
+    @abstractmethod
+    def delete_finished(self, job_id: int) -> bool:
+        """Delete one succeeded, dead or cancelled job (and its error history); False when
+        it is not finished (or does not exist)."""
+
+    @abstractmethod
     def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
                    extra_attempts: int) -> int:
         """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
@@ -116,10 +126,13 @@ class Backend(ABC):
 
     @abstractmethod
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
-             after_id: int = 0) -> list[JobRecord]:
-        """Up to ``limit`` jobs with ids above ``after_id``, in id order, of one state (None:
-        every state) and one queue (None: every queue). ``after_id`` = the last id of the
-        previous page pages through a large table by key."""
+             after_id: int = 0, *, key: str | None = None, text: str | None = None,
+             order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
+        """Up to ``limit`` jobs of one state (None: every state) and one queue (None: every
+        queue), optionally only the job of ``key`` or those whose payload JSON contains
+        ``text`` (case-insensitive). ``order`` is ``id`` (oldest first), ``-id`` (newest
+        first) or ``run_at``. Pages by key: ``after_id`` (with ``after_run_at`` for
+        ``run_at``) is the last row of the previous page, 0 on the first."""
 
     @abstractmethod
     def job(self, job_id: int) -> JobRecord | None:
@@ -137,6 +150,19 @@ class Backend(ABC):
     @abstractmethod
     def result(self, job_id: int) -> Any:
         """The stored return value of a succeeded job, or None when it has none."""
+
+    @abstractmethod
+    def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:
+        """Register or renew a worker's registry row until DB clock + ``ttl_ms``; rows of
+        workers whose heartbeats stopped are deleted on the way."""
+
+    @abstractmethod
+    def deregister_worker(self, worker_id: str) -> None:
+        """Delete a worker's registry row (clean shutdown)."""
+
+    @abstractmethod
+    def workers(self) -> list[WorkerInfo]:
+        """The registered workers whose rows have not expired, oldest first."""
 
     @abstractmethod
     def close(self) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from portq import sqla
 from portq.backends import backend_for
-from portq.backends.base import SqlBackend
+from portq.backends.base import JOB_ORDERS, SqlBackend
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
 from portq.job import (
     ACTIVE_STATES,
@@ -23,6 +23,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     State,
+    WorkerInfo,
 )
 from portq.protocol import NewJob
 from portq.retry import DEFAULT_BACKOFF, Backoff
@@ -30,6 +31,7 @@ from portq.url import parse_url
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 MAX_KEY_LENGTH = 255
+MAX_SEARCH_LENGTH = 200
 INT32 = 2**31 - 1
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_MAX_ATTEMPTS = 25
@@ -64,6 +66,17 @@ def validate_worker_id(worker_id: str) -> str:
     if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
         raise ConfigurationError("worker_id must be a string of 1-200 characters")
     return worker_id
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is 1-255 characters every engine can store."""
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise ConfigurationError(f"key must be a string of 1-{MAX_KEY_LENGTH} characters, "
+                                 f"got {key!r}")
+    if not _storable_text(key):
+        raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
+                                 "which not every database can store")
+    return key
 
 
 def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
@@ -198,12 +211,8 @@ class Queue:
         delay_ms = 0 if delay is None else duration_ms(delay, "delay", allow_zero=True)
         attempts = self.default_max_attempts if max_attempts is None else \
             positive_int(max_attempts, "max_attempts")
-        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH):
-            raise ConfigurationError(f"key must be a string of 1-{MAX_KEY_LENGTH} characters, "
-                                     f"got {key!r}")
-        if key is not None and not _storable_text(key):
-            raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
-                                     "which not every database can store")
+        if key is not None:
+            validate_key(key)
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
                       run_at=run_at, delay_ms=delay_ms, max_attempts=attempts, key=key)
 
@@ -291,6 +300,22 @@ class Queue:
         """Cancel a ready or running job; False if it was not ready or running."""
         return self.backend.cancel(positive_int(job_id, "job_id"))
 
+    def finished_per_minute(self, minutes: int = 60) -> dict[str, dict[str, list[int]]]:
+        """Jobs finished per minute over the last ``minutes``: ``{queue: {state: counts}}``
+        where ``counts[0]`` is the oldest minute and ``counts[-1]`` the current one."""
+        span = positive_int(minutes, "minutes")
+        if span > 1440:
+            raise ConfigurationError(f"minutes must be at most 1440, got {span}")
+        out: dict[str, dict[str, list[int]]] = {}
+        for queue, state, ago, count in self.backend.finished_per_minute(span):
+            series = out.setdefault(queue, {}).setdefault(state, [0] * span)
+            series[span - 1 - ago] += count
+        return out
+
+    def delete_finished(self, job_id: int) -> bool:
+        """Delete one finished (succeeded, dead or cancelled) job; False if it is not."""
+        return self.backend.delete_finished(positive_int(job_id, "job_id"))
+
     def retry_many(self, queue: str | None, *, states: Sequence[str] = (State.DEAD,),
                    limit: int = 1000, extra_attempts: int = 1) -> int:
         """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
@@ -312,9 +337,27 @@ class Queue:
         return self.backend.stats(_queue_or_none(queue))
 
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
-             after_id: int = 0) -> list[JobRecord]:
-        """Up to ``limit`` jobs in id order: of one state (None or ``"all"``: every state),
-        one queue (None: every queue), with ids above ``after_id`` (to page by key)."""
+             after_id: int = 0, key: str | None = None, text: str | None = None,
+             order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
+        """Up to ``limit`` jobs: of one state (None or ``"all"``: every state), one queue
+        (None: every queue), the job of ``key``, or those whose payload JSON contains
+        ``text`` (case-insensitive). ``order``: ``id`` (oldest first), ``-id`` (newest
+        first) or ``run_at``. Pages by key: pass the last row's id as ``after_id`` (and,
+        ordered by ``run_at``, its ``run_at`` as ``after_run_at``)."""
+        if order not in JOB_ORDERS:
+            raise ConfigurationError(f"order must be one of {', '.join(JOB_ORDERS)}, "
+                                     f"got {order!r}")
+        if order == "run_at" and after_id and after_run_at is None:
+            raise ConfigurationError("paging by run_at needs after_run_at with after_id")
+        if after_run_at is not None and (not isinstance(after_run_at, datetime)
+                                         or after_run_at.utcoffset() is None):
+            raise ConfigurationError("after_run_at must be a timezone-aware datetime")
+        if key is not None:
+            validate_key(key)
+        if text is not None and (not isinstance(text, str) or len(text) > MAX_SEARCH_LENGTH
+                                 or not _storable_text(text)):
+            raise ConfigurationError(f"payload search text must be at most "
+                                     f"{MAX_SEARCH_LENGTH} characters without NUL")
         if state == ALL_STATES:
             state = None
         if state is not None:
@@ -322,7 +365,8 @@ class Queue:
         if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
             raise ConfigurationError(f"after_id must be an integer >= 0, got {after_id!r}")
         return self.backend.jobs(state, _queue_or_none(queue), positive_int(limit, "limit"),
-                                 after_id)
+                                 after_id, key=key, text=text or None, order=order,
+                                 after_run_at=after_run_at)
 
     def job(self, job_id: int) -> JobRecord | None:
         """The whole row of one job; None when no job has that id."""
@@ -343,6 +387,10 @@ class Queue:
     def error_history(self, job_id: int) -> list[JobError]:
         """Every recorded failed attempt of a job (attempt, worker, error, failed_at)."""
         return self.backend.error_history(positive_int(job_id, "job_id"))
+
+    def workers(self) -> list[WorkerInfo]:
+        """The live workers of the registry (rows whose heartbeats have not expired)."""
+        return self.backend.workers()
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""

@@ -224,6 +224,7 @@ class Scheduler:
         self.schedules = list(schedules)
         self.catch_up = timedelta(seconds=catch_up)
         self.enqueued = 0        # due runs this scheduler wrote or found already written
+        self.last_enqueued: dict[str, datetime] = {}  # schedule name -> latest due run
         self._last: datetime | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -234,16 +235,32 @@ class Scheduler:
         start = now - self.catch_up
         if self._last is not None and self._last > start:
             start = self._last
+        runs = [(s, due) for s in self.schedules for due in s.cron.due_between(start, now)]
         jobs = [{"queue": s.queue, "payload": s.payload, "priority": s.priority,
                  "max_attempts": s.max_attempts, "key": s.key(due), "run_at": due}
-                for s in self.schedules for due in s.cron.due_between(start, now)]
+                for s, due in runs]
         ids = self.queue.enqueue_many(jobs) if jobs else []
         self._last = now
         self.enqueued += len(ids)
+        for s, due in runs:  # due times ascend within each schedule
+            self.last_enqueued[s.name] = due
         for job, job_id in zip(jobs, ids, strict=True):
             log.info("schedule.enqueued key=%s queue=%s job_id=%d", job["key"], job["queue"],
                      job_id)
         return ids
+
+    def entries(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        """Each schedule as the worker registry reports it: name, queue, cron, next_due
+        and last_enqueued (ISO-8601 UTC; last_enqueued None until this scheduler enqueued
+        a run)."""
+        now = _utc(now or datetime.now(UTC))
+        out = []
+        for s in self.schedules:
+            last = self.last_enqueued.get(s.name)
+            out.append({"name": s.name, "queue": s.queue, "cron": s.cron.text,
+                        "next_due": s.cron.next_after(now).isoformat(),
+                        "last_enqueued": None if last is None else last.isoformat()})
+        return out
 
     def start(self) -> None:
         """Tick now and then at each minute in a daemon thread, until :meth:`stop`."""

@@ -38,13 +38,17 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.job import Job
 from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_queue
+from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
+
+if TYPE_CHECKING:
+    from portq.schedule import Scheduler
 
 log = logging.getLogger("portq.worker")
 Handler = Callable[[Job], Any]
@@ -278,7 +282,8 @@ class Worker:
                  burst: bool = False, worker_id: str | None = None,
                  install_signals: bool = False, heartbeat: bool = True,
                  listen: bool = True, prefetch: int = 0,
-                 ack_delay: float | None = None, claimers: int = 1) -> None:
+                 ack_delay: float | None = None, claimers: int = 1,
+                 registry_interval: float | None = DEFAULT_REGISTRY_INTERVAL) -> None:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a worker needs at least one queue")
@@ -322,12 +327,16 @@ class Worker:
         self.install_signals = install_signals
         self.heartbeat = heartbeat
         self.listen = listen
+        #: seconds between registry heartbeats (portq workers, the dashboard); None: none
+        self.registry_interval = registry_interval
+        #: a Scheduler run beside this worker, whose entries the registry row reports
+        self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
         self._group = GroupCommit(queue)
         self.gather_seconds = 0.005
         # a pool big enough for every handler's report plus the claim loops, heartbeat and
         # the acknowledgement thread
-        queue.backend.pool.resize(self.concurrency + 2 +
+        queue.backend.pool.resize(self.concurrency + 3 +
                                   self.claimers * (1 if ack_delay is None else 2))
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (queued or running)
@@ -352,6 +361,9 @@ class Worker:
     def run(self) -> WorkerCounters:
         """Work until :meth:`stop` (or, with ``burst``, until the queues are drained)."""
         restore = self._install_signal_handlers() if self.install_signals else None
+        registration = registration_of(self, self.queue, lambda: self.held)
+        if registration is not None:
+            registration.start()
         self._start_threads()
         log.info("worker.started worker=%s queues=%s concurrency=%d prefetch=%d claimers=%d "
                  "ack_delay=%s lease=%.1fs url=%s", self.worker_id, ",".join(self.queues),
@@ -362,6 +374,8 @@ class Worker:
             self._claim_loop()
         finally:
             self._shutdown()
+            if registration is not None:
+                registration.stop()
             if restore:
                 restore()
         log.info("worker.stopped worker=%s %s", self.worker_id,

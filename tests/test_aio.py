@@ -210,3 +210,36 @@ def test_async_connection_refused_where_it_cannot_work(async_url: str, qname: st
             finally:
                 await conn.close()
     run(async_url, body)
+
+
+def test_async_worker_registers_heartbeats_and_deregisters(async_url: str, queue: portq.Queue,
+                                                           qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(2)])
+    seen: list[portq.job.WorkerInfo] = []
+
+    async def body(q: aio.AsyncQueue) -> list[portq.job.WorkerInfo]:
+        began = asyncio.Event()
+
+        async def handler(job: portq.Job) -> None:
+            began.set()
+            await asyncio.sleep(1.0)
+
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=3, registry_interval=0.2)
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(began.wait(), 30)
+        for _ in range(50):  # the registry beats every 0.2 s
+            rows = [w for w in await asyncio.to_thread(queue.workers)
+                    if w.worker_id == worker.worker_id]
+            if rows and rows[0].jobs_in_hand > 0:
+                seen.extend(rows)
+                break
+            await asyncio.sleep(0.1)
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        return [w for w in await asyncio.to_thread(queue.workers)
+                if w.worker_id == worker.worker_id]
+
+    after = run(async_url, body)
+    assert seen and seen[0].queues == (qname,) and seen[0].concurrency == 3
+    assert seen[0].jobs_in_hand > 0
+    assert after == [], "a stopped AsyncWorker must deregister"

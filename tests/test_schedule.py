@@ -129,3 +129,20 @@ def test_concurrent_schedulers_enqueue_each_due_run_once(engine_url: str, qname:
     assert keys[0] == f"cron:{qname}-5m:2026-12-01T23:05:00Z"
     assert keys[-1] == f"cron:{qname}-5m:2026-12-02T01:00:00Z"
     assert all(i == ids[0] for i in ids)  # every scheduler got the same 24 ids
+
+
+def test_scheduler_entries_report_next_due_and_last_enqueued(queue: portq.Queue,
+                                                             qname: str) -> None:
+    """What a worker's registry row (and the dashboard's Schedules page) shows."""
+    sched = Scheduler(queue, [
+        Schedule(name=f"{qname}-5m", queue=qname, cron=Cron.parse("*/5 * * * *")),
+        Schedule(name=f"{qname}-3am", queue=qname, cron=Cron.parse("0 3 * * *"))],
+        catch_up=600)
+    before = sched.entries(at("2026-12-02T00:07:00"))
+    assert [e["last_enqueued"] for e in before] == [None, None]
+    sched.tick(at("2026-12-02T00:12:00"))  # due in the last 10 minutes: 00:05, 00:10
+    five, three = sched.entries(at("2026-12-02T00:12:00"))
+    assert five == {"name": f"{qname}-5m", "queue": qname, "cron": "*/5 * * * *",
+                    "next_due": "2026-12-02T00:15:00+00:00",
+                    "last_enqueued": "2026-12-02T00:10:00+00:00"}
+    assert three["next_due"] == "2026-12-02T03:00:00+00:00" and three["last_enqueued"] is None

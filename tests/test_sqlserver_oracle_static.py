@@ -43,13 +43,18 @@ SAMPLE: dict[str, Any] = {
     "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
-    "extra": 1, "state": "ready", "after_id": 0, "result": "{}",
+    "extra": 1, "state": "ready", "after_id": 0, "result": "{}", "host": "h", "pid": 1,
+    "queues": '["q"]',
+    "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
+    "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
-                "jobs", "job", "retry_many", "cancel_many"}
+                "jobs", "jobs_newest", "jobs_by_run_at", "job", "retry_many", "cancel_many",
+                "delete_finished", "finished_per_minute", "expire_workers", "register_worker",
+                "worker_heartbeat", "deregister_worker", "workers"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -119,6 +124,23 @@ def test_check_constraints_match_postgres(engine: str) -> None:
     pg = "\n".join(s for _, st in load_migrations("postgres") for s in st)
     assert set(names.findall(pg)) <= set(names.findall(schema))
     assert "IS JSON" in schema or "ISJSON(payload) = 1" in schema
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_worker_registry_table_matches_postgres(engine: str) -> None:
+    """Migration 3 creates portq_worker with PostgreSQL's columns, all NOT NULL."""
+    def columns(e: str) -> dict[str, bool]:
+        (create,) = [s for v, st in load_migrations(e) if v == 3 for s in st]
+        tree = sqlglot.parse_one(create, read="postgres" if e == "postgres" else
+                                 ENGINES[e][0])
+        out = {}
+        for col in tree.find_all(exp.ColumnDef):
+            kinds = [c.kind for c in col.constraints]
+            out[col.name] = any(isinstance(k, exp.NotNullColumnConstraint |
+                                           exp.PrimaryKeyColumnConstraint) for k in kinds)
+        return out
+    assert columns(engine) == columns("postgres")
+    assert all(columns(engine).values())
 
 
 def test_oracle_statements_have_no_trailing_semicolon() -> None:
@@ -438,3 +460,34 @@ def test_container_url_without_docker_returns_none_at_once() -> None:
     began = time.monotonic()
     assert container_url("sqlserver") is None and container_url("oracle") is None
     assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("engine", ["postgres", "sqlite", "mysql", "sqlserver", "oracle"])
+@pytest.mark.parametrize("name", ["jobs", "jobs_newest", "jobs_by_run_at"])
+def test_payload_search_escapes_like_with_the_character_portq_escapes(engine: str,
+                                                                     name: str) -> None:
+    """like_pattern() escapes %, _ and ! with '!': every listing's LIKE must say ESCAPE '!'
+    and compare the lower-cased payload (the pattern is lower-cased)."""
+    from portq.backends.base import like_pattern
+    assert like_pattern("5%_!") == "%5!%!_!!%"
+    sql = load_queries(engine)[name]
+    assert re.search(r"LOWER\((CAST\()?payload(::text| AS CHAR\))?\) LIKE :pattern "
+                     r"ESCAPE N?'!'", sql, re.I), sql
+
+
+def test_sqlserver_minute_buckets_count_seconds_and_group_by_the_same_expression() -> None:
+    _one("sqlserver", "finished_per_minute")  # parses
+    sql = load_queries("sqlserver")["finished_per_minute"]
+    bucket = "DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60"
+    assert sql.count(bucket) == 2, sql  # selected and grouped by
+    assert "DATEADD(MINUTE, -CAST(:minutes AS INT), SYSUTCDATETIME())" in sql
+
+
+def test_oracle_minute_buckets_use_the_finished_index_expression() -> None:
+    sql = load_queries("oracle")["finished_per_minute"]
+    index = _index_expressions("portq_job_finished_idx")
+    tree = _one("oracle", "finished_per_minute")
+    where = tree.args["where"].sql(dialect="oracle")
+    assert index[0] in where, (index, where)
+    assert sql.count("FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - "
+                     "CAST(finished_at AS DATE)) * 1440)") == 2

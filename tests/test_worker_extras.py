@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import portq
-from portq.conformance.helpers import wait_until
+from portq.conformance.helpers import free_port, wait_until
 from portq.conformance.plugin import TEST_PREFIX
 
 PORTQ = [sys.executable, "-m", "portq.cli"]
@@ -30,12 +29,6 @@ def handle(job):
         raise RuntimeError("first attempt fails")
 '''
 SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -154,14 +154,42 @@ CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
+-- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
        created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
   AND job_id > :after_id
 ORDER BY job_id
+LIMIT :limit;
+
+-- name: jobs_newest
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: jobs_by_run_at
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id
 LIMIT :limit;
 
 -- name: job
@@ -195,6 +223,47 @@ FOR UPDATE SKIP LOCKED;
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id IN (:ids) AND state IN (:states);
+
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS minutes_ago,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL :minutes MINUTE
+GROUP BY queue, state, minutes_ago;
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= UTC_TIMESTAMP(6);
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, UTC_TIMESTAMP(6),
+        UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL (:ttl_ms * 1000) MICROSECOND);
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = UTC_TIMESTAMP(6),
+    expires_at = UTC_TIMESTAMP(6) + INTERVAL (:ttl_ms * 1000) MICROSECOND
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, UTC_TIMESTAMP(6)
+FROM portq_worker
+WHERE expires_at > UTC_TIMESTAMP(6)
+ORDER BY started_at, worker_id;
 
 -- Results (migration 5). store_result runs lock_owned_job (which locks the job row, so no
 -- reap or claim can take the job meanwhile), then delete_result and insert_result, in one

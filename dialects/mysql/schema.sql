@@ -60,6 +60,24 @@ CREATE TABLE IF NOT EXISTS portq_job_error (
         ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE IF NOT EXISTS portq_worker (
+    worker_id    VARCHAR(200) NOT NULL,
+    host         VARCHAR(255) NOT NULL,
+    pid          INT          NOT NULL,
+    queues       TEXT         NOT NULL,
+    concurrency  INT          NOT NULL,
+    jobs_in_hand INT          NOT NULL DEFAULT 0,
+    schedules    MEDIUMTEXT   NOT NULL,
+    started_at   DATETIME(6)  NOT NULL,
+    heartbeat_at DATETIME(6)  NOT NULL,
+    expires_at   DATETIME(6)  NOT NULL,
+    PRIMARY KEY (worker_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
 -- migration: 5
 -- A succeeded job's return value (JSON), written by the worker in its own fenced
 -- transaction just before the completion (see docs/operations.md, "Results"). Deleting the

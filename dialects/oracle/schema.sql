@@ -59,6 +59,23 @@ CREATE TABLE portq_job_error (
     CONSTRAINT portq_job_error_pk PRIMARY KEY (job_id, attempt)
 );
 
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE portq_worker (
+    worker_id    VARCHAR2(200 CHAR) CONSTRAINT portq_worker_pk PRIMARY KEY,
+    host         VARCHAR2(255 CHAR) NOT NULL,
+    pid          NUMBER(10)         NOT NULL,
+    queues       CLOB               NOT NULL,
+    concurrency  NUMBER(10)         NOT NULL,
+    jobs_in_hand NUMBER(10)         DEFAULT 0 NOT NULL,
+    schedules    CLOB               NOT NULL,
+    started_at   TIMESTAMP(6)       DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL,
+    heartbeat_at TIMESTAMP(6)       DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL,
+    expires_at   TIMESTAMP(6)       NOT NULL
+);
+
 -- migration: 5
 -- A succeeded job's return value (JSON), written by the worker in its own fenced
 -- transaction just before the completion (see docs/operations.md, "Results"). Deleting the

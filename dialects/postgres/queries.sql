@@ -178,13 +178,39 @@ FROM portq_job
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
+-- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
   AND job_id > :after_id
 ORDER BY job_id
+LIMIT :limit;
+
+-- name: jobs_newest
+SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: jobs_by_run_at
+SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id
 LIMIT :limit;
 
 -- name: job
@@ -218,6 +244,46 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, floor(extract(epoch FROM now() - finished_at) / 60)::integer, count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - :minutes * interval '1 minute'
+GROUP BY 1, 2, 3;
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= now();
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, now(),
+        now(), now() + :ttl_ms * interval '1 millisecond');
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = now(),
+    expires_at = now() + :ttl_ms * interval '1 millisecond'
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, now()
+FROM portq_worker
+WHERE expires_at > now()
+ORDER BY started_at, worker_id;
 
 -- Results (migration 5). store_result runs lock_owned_job (which locks the job row, so no
 -- reap or claim can take the job meanwhile), then delete_result and insert_result, in one

@@ -45,6 +45,23 @@ CREATE TABLE portq_job_error (
     PRIMARY KEY (job_id, attempt)
 );
 
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE portq_worker (
+    worker_id    text        PRIMARY KEY,
+    host         text        NOT NULL,
+    pid          integer     NOT NULL,
+    queues       text        NOT NULL,
+    concurrency  integer     NOT NULL,
+    jobs_in_hand integer     NOT NULL DEFAULT 0,
+    schedules    text        NOT NULL,
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz NOT NULL
+);
+
 -- migration: 5
 -- A succeeded job's return value (JSON), written by the worker in its own fenced
 -- transaction just before the completion (see docs/operations.md, "Results"). Deleting the

@@ -139,13 +139,39 @@ CROSS JOIN (SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
+-- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
   AND job_id > :after_id
 ORDER BY job_id
+LIMIT :limit;
+
+-- name: jobs_newest
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC
+LIMIT :limit;
+
+-- name: jobs_by_run_at
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id
 LIMIT :limit;
 
 -- name: job
@@ -174,6 +200,49 @@ WHERE job_id IN (
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
     LIMIT :limit);
+
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state,
+       (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - finished_at) / 60000000,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+                    - :minutes * 60000000
+GROUP BY 1, 2, 3;
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN ('succeeded', 'dead', 'cancelled');
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+        CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :ttl_ms * 1000);
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+    expires_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :ttl_ms * 1000
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+FROM portq_worker
+WHERE expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+ORDER BY started_at, worker_id;
 
 -- Results (migration 5). store_result runs lock_owned_job, then delete_result and
 -- insert_result, in one transaction (BEGIN IMMEDIATE already holds the write lock): the

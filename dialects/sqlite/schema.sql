@@ -47,6 +47,23 @@ CREATE TABLE portq_job_error (
     PRIMARY KEY (job_id, attempt)
 );
 
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE portq_worker (
+    worker_id    TEXT    PRIMARY KEY,
+    host         TEXT    NOT NULL,
+    pid          INTEGER NOT NULL,
+    queues       TEXT    NOT NULL,
+    concurrency  INTEGER NOT NULL,
+    jobs_in_hand INTEGER NOT NULL DEFAULT 0,
+    schedules    TEXT    NOT NULL,
+    started_at   INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL
+);
+
 -- migration: 5
 -- A succeeded job's return value (JSON), written by the worker in its own fenced
 -- transaction just before the completion (see docs/operations.md, "Results"). Deleting the

@@ -196,13 +196,37 @@ CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
 GROUP BY queue;
 
+-- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
+-- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
+-- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND job_id > :after_id
 ORDER BY job_id;
+
+-- name: jobs_newest
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
+  AND (:after_id = 0 OR job_id < :after_id)
+ORDER BY job_id DESC;
+
+-- name: jobs_by_run_at
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
+  AND (:after_id = 0 OR run_at > :after_run_at
+       OR (run_at = :after_run_at AND job_id > :after_id))
+ORDER BY run_at, job_id;
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
@@ -232,6 +256,48 @@ WITH c AS (
 UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
+
+-- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
+-- the finished index.
+-- name: finished_per_minute
+SELECT queue, state, DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60, COUNT(*)
+FROM portq_job
+WHERE state IN (N'succeeded', N'dead', N'cancelled')
+  AND finished_at > DATEADD(MINUTE, -CAST(:minutes AS INT), SYSUTCDATETIME())
+GROUP BY queue, state, DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / 60;
+
+-- name: delete_finished
+DELETE FROM portq_job
+WHERE job_id = :job_id AND state IN (N'succeeded', N'dead', N'cancelled');
+
+-- The worker registry (migration 3). A heartbeat first deletes the rows of workers whose
+-- heartbeats stopped, then renews its own row (inserting it when it is missing).
+-- name: expire_workers
+DELETE FROM portq_worker WHERE expires_at <= SYSUTCDATETIME();
+
+-- name: register_worker
+INSERT INTO portq_worker (worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules,
+                          started_at, heartbeat_at, expires_at)
+VALUES (:worker_id, :host, :pid, :queues, :concurrency, :jobs_in_hand, :schedules, SYSUTCDATETIME(),
+        SYSUTCDATETIME(), DATEADD(MILLISECOND, CAST(:ttl_ms % 86400000 AS INT),
+                  DATEADD(DAY, CAST(:ttl_ms / 86400000 AS INT), SYSUTCDATETIME())));
+
+-- name: worker_heartbeat
+UPDATE portq_worker
+SET jobs_in_hand = :jobs_in_hand, schedules = :schedules, heartbeat_at = SYSUTCDATETIME(),
+    expires_at = DATEADD(MILLISECOND, CAST(:ttl_ms % 86400000 AS INT),
+                  DATEADD(DAY, CAST(:ttl_ms / 86400000 AS INT), SYSUTCDATETIME()))
+WHERE worker_id = :worker_id;
+
+-- name: deregister_worker
+DELETE FROM portq_worker WHERE worker_id = :worker_id;
+
+-- name: workers
+SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, started_at,
+       heartbeat_at, SYSUTCDATETIME()
+FROM portq_worker
+WHERE expires_at > SYSUTCDATETIME()
+ORDER BY started_at, worker_id;
 
 -- Results (migration 5). store_result runs lock_owned_job (UPDLOCK holds the job row until
 -- the transaction ends, so no reap or claim can take the job meanwhile), then delete_result

@@ -55,6 +55,23 @@ CREATE TABLE portq_job_error (
     CONSTRAINT portq_job_error_pk PRIMARY KEY (job_id, attempt)
 );
 
+-- migration: 3
+-- The worker registry: each running worker keeps one row, renewed by its heartbeat
+-- (expires_at = DB clock + ttl); a row whose heartbeats stopped expires and is deleted
+-- by the next heartbeat of any worker. queues and schedules are JSON text.
+CREATE TABLE portq_worker (
+    worker_id    NVARCHAR(200) NOT NULL CONSTRAINT portq_worker_pk PRIMARY KEY,
+    host         NVARCHAR(255) NOT NULL,
+    pid          INT           NOT NULL,
+    queues       NVARCHAR(MAX) NOT NULL,
+    concurrency  INT           NOT NULL,
+    jobs_in_hand INT           NOT NULL CONSTRAINT portq_worker_jobs_df DEFAULT 0,
+    schedules    NVARCHAR(MAX) NOT NULL,
+    started_at   DATETIME2(6)  NOT NULL CONSTRAINT portq_worker_started_df DEFAULT SYSUTCDATETIME(),
+    heartbeat_at DATETIME2(6)  NOT NULL CONSTRAINT portq_worker_beat_df DEFAULT SYSUTCDATETIME(),
+    expires_at   DATETIME2(6)  NOT NULL
+);
+
 -- migration: 5
 -- A succeeded job's return value (JSON), written by the worker in its own fenced
 -- transaction just before the completion (see docs/operations.md, "Results"). Deleting the

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
-from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats, WorkerInfo
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -29,6 +29,8 @@ from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
+#: the orders of :meth:`SqlBackend.jobs` and the statement of each
+JOB_ORDERS = {"id": "jobs", "-id": "jobs_newest", "run_at": "jobs_by_run_at"}
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 
 
@@ -422,6 +424,16 @@ class SqlBackend(Backend):
         return bool(self.run("cancel", lambda cur: self.execute(
             cur, "cancel", {"job_id": job_id}).rowcount == 1))
 
+    def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
+        rows = self.run("finished_per_minute", lambda cur: self.execute(
+            cur, "finished_per_minute", {"minutes": minutes}).fetchall(), write=False)
+        return [(q, s, int(ago), int(n)) for q, s, ago, n in rows
+                if ago is not None and 0 <= int(ago) < minutes]
+
+    def delete_finished(self, job_id: int) -> bool:
+        return bool(self.run("delete_finished", lambda cur: self.execute(
+            cur, "delete_finished", {"job_id": job_id}).rowcount == 1))
+
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         rows = self.run("stats", lambda cur: self.execute(
             cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
@@ -456,12 +468,33 @@ class SqlBackend(Backend):
         return int(self.execute(cur, name, params).rowcount)
 
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
-             after_id: int = 0) -> list[JobRecord]:
+             after_id: int = 0, *, key: str | None = None, text: str | None = None,
+             order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
+        if key is not None:
+            return self._job_of_key(key, state, queue, after_id, text)
         params = {"state": state or ALL_QUEUES, "queue": queue or ALL_QUEUES, "limit": limit,
-                  "after_id": after_id}
-        rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall(),
+                  "after_id": after_id, "any_text": int(not text),
+                  "pattern": like_pattern(text or ""),
+                  "after_run_at": self.to_db_time(after_run_at or datetime.now(UTC))}
+        statement = JOB_ORDERS[order]
+        rows = self.run("jobs", lambda cur: self.execute(cur, statement, params).fetchall(),
                         write=False)
         return [self.record_from_row(r) for r in rows]
+
+    def _job_of_key(self, key: str, state: str | None, queue: str | None, after_id: int,
+                    text: str | None) -> list[JobRecord]:
+        """The listing filtered by key: the one job holding it (unique index), if it also
+        passes the other filters and is not on a page already shown."""
+        row = self.run("job_id_by_key", lambda cur: self.execute(
+            cur, "job_id_by_key", {"key": key}).fetchone(), write=False)
+        record = None if row is None or after_id else self.job(int(row[0]))
+        if record is None or (state and record.state != state) or \
+                (queue and record.queue != queue):
+            return []
+        if text and text.lower() not in json.dumps(record.payload, ensure_ascii=False,
+                                                   separators=(",", ":")).lower():
+            return []
+        return [record]
 
     def job(self, job_id: int) -> JobRecord | None:
         row = self.run("job", lambda cur: self.execute(
@@ -509,6 +542,42 @@ class SqlBackend(Backend):
             cur, "job_result", {"job_id": job_id}).fetchone(), write=False)
         return None if row is None else self.load_payload(row[0])
 
+    # ---- worker registry ----------------------------------------------------------------
+
+    def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:
+        params = {"worker_id": info.worker_id, "host": info.host, "pid": info.pid,
+                  "queues": json.dumps(list(info.queues)), "concurrency": info.concurrency,
+                  "jobs_in_hand": info.jobs_in_hand,
+                  "schedules": json.dumps(list(info.schedules)), "ttl_ms": ttl_ms}
+
+        def go(cur: Any) -> None:
+            self.execute(cur, "expire_workers")
+            if self.execute(cur, "worker_heartbeat", params).rowcount != 1:
+                self.execute(cur, "register_worker", params)
+        self.run("beat_worker", go)
+
+    def deregister_worker(self, worker_id: str) -> None:
+        self.run("deregister_worker", lambda cur: self.execute(
+            cur, "deregister_worker", {"worker_id": worker_id}))
+
+    def workers(self) -> list[WorkerInfo]:
+        rows = self.run("workers", lambda cur: self.execute(cur, "workers").fetchall(),
+                        write=False)
+        out = []
+        for (worker_id, host, pid, queues, concurrency, in_hand, schedules, started, beat,
+             now) in rows:
+            beat_at, now_at = self.from_db_time(beat), self.from_db_time(now)
+            age = None if beat_at is None or now_at is None else \
+                max(0.0, (now_at - beat_at).total_seconds())
+            out.append(WorkerInfo(
+                worker_id=worker_id, host=host, pid=int(pid),
+                queues=tuple(json.loads(self.load_text(queues) or "[]")),
+                concurrency=int(concurrency), jobs_in_hand=int(in_hand),
+                schedules=tuple(json.loads(self.load_text(schedules) or "[]")),
+                started_at=self.from_db_time(started), heartbeat_at=beat_at,
+                heartbeat_age_s=age))
+        return out
+
     def load_text(self, value: Any) -> str | None:
         if value is None or isinstance(value, str):
             return value
@@ -534,6 +603,12 @@ class TxProgress:
 def _scrub(text: str, url: DatabaseURL) -> str:
     """Remove the URL's password from a driver message, should a driver echo it."""
     return text.replace(url.password, "***") if url.password else text
+
+
+def like_pattern(text: str) -> str:
+    """A lower-cased LIKE pattern matching ``text`` anywhere, escaped with ``!``."""
+    escaped = text.lower().replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return f"%{escaped}%"
 
 
 def utc_from_micros(value: int) -> datetime:

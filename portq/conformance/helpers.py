@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -47,6 +48,13 @@ def raw_update(queue: portq.Queue, sql: str, params: dict[str, Any]) -> ErrorKin
     except Exception as exc:  # noqa: BLE001 - the test inspects what the engine said
         return backend.classify(exc)
     return None
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def run_portq(*args: str, env: Mapping[str, str | None] | None = None,

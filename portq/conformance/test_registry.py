@@ -1,0 +1,92 @@
+"""The worker registry (migration 3): workers register, heartbeat, deregister; rows of
+workers whose heartbeats stopped expire by the database clock."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import portq
+from portq.conformance.helpers import PeakHandler, quiet_worker, running, wait_until
+from portq.job import WorkerInfo
+
+
+def _info(worker_id: str, qname: str, in_hand: int = 0) -> WorkerInfo:
+    return WorkerInfo(worker_id=worker_id, host="host-a", pid=4242, queues=(qname, "other"),
+                      concurrency=7, jobs_in_hand=in_hand,
+                      schedules=({"name": "nightly", "queue": qname, "cron": "0 3 * * *",
+                                  "next_due": "2030-01-01T03:00:00+00:00",
+                                  "last_enqueued": None},))
+
+
+def _mine(queue: portq.Queue, worker_id: str) -> WorkerInfo | None:
+    return next((w for w in queue.workers() if w.worker_id == worker_id), None)
+
+
+def test_registry_row_round_trips_and_renews(queue: portq.Queue, qname: str) -> None:
+    wid = f"reg-{uuid.uuid4().hex[:10]}"
+    queue.backend.beat_worker(_info(wid, qname), 60_000)
+    first = _mine(queue, wid)
+    assert first is not None
+    assert (first.host, first.pid, first.queues, first.concurrency, first.jobs_in_hand) == \
+        ("host-a", 4242, (qname, "other"), 7, 0)
+    assert first.schedules[0]["name"] == "nightly" and first.schedules[0]["cron"] == "0 3 * * *"
+    assert first.started_at is not None and first.heartbeat_age_s is not None
+    assert first.heartbeat_age_s < 60
+    time.sleep(0.05)
+    queue.backend.beat_worker(_info(wid, qname, in_hand=3), 60_000)
+    again = _mine(queue, wid)
+    assert again is not None and again.jobs_in_hand == 3
+    assert again.started_at == first.started_at, "a heartbeat must not restart the worker"
+    assert again.heartbeat_at is not None and first.heartbeat_at is not None
+    assert again.heartbeat_at > first.heartbeat_at
+    queue.backend.deregister_worker(wid)
+    assert _mine(queue, wid) is None
+
+
+def test_registry_rows_expire_when_heartbeats_stop(queue: portq.Queue, qname: str) -> None:
+    gone, alive = f"reg-{uuid.uuid4().hex[:10]}", f"reg-{uuid.uuid4().hex[:10]}"
+    queue.backend.beat_worker(_info(gone, qname), 300)  # a worker that then dies
+    queue.backend.beat_worker(_info(alive, qname), 60_000)
+    assert _mine(queue, gone) is not None
+    assert wait_until(lambda: _mine(queue, gone) is None, timeout=10)
+    queue.backend.beat_worker(_info(alive, qname), 60_000)  # deletes the expired row
+    assert _mine(queue, alive) is not None
+    queue.backend.deregister_worker(alive)
+
+
+def test_a_worker_registers_while_it_runs(queue: portq.Queue, qname: str) -> None:
+    handler = PeakHandler(0.4)
+    worker = quiet_worker(queue, qname, handler, concurrency=3, registry_interval=0.2)
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+    with running(worker):
+        assert wait_until(lambda: _mine(queue, worker.worker_id) is not None, timeout=10)
+        row = _mine(queue, worker.worker_id)
+        assert row is not None and row.queues == (qname,) and row.concurrency == 3
+        assert wait_until(lambda: (_mine(queue, worker.worker_id) or row).jobs_in_hand > 0,
+                          timeout=10), "the heartbeat did not report the jobs in hand"
+    assert _mine(queue, worker.worker_id) is None, "a stopped worker must deregister"
+
+
+
+def test_portq_workers_and_stats_show_registered_workers(queue: portq.Queue, engine_url: str,
+                                                         qname: str) -> None:
+    import json
+
+    from portq.conformance.helpers import run_portq
+    from portq.conformance.plugin import TEST_PREFIX
+    wid = f"reg-{uuid.uuid4().hex[:10]}"
+    queue.enqueue(qname, "x")
+    queue.backend.beat_worker(_info(wid, qname, in_hand=2), 60_000)
+    try:
+        listed = json.loads(run_portq("workers", engine_url, "--prefix", TEST_PREFIX,
+                                      "--json").stdout)
+        mine = [w for w in listed if w["worker_id"] == wid]
+        assert mine and mine[0]["queues"] == [qname, "other"] and mine[0]["jobs_in_hand"] == 2
+        table = run_portq("workers", engine_url, "--prefix", TEST_PREFIX).stdout
+        assert wid in table and "host-a" in table
+        stats = json.loads(run_portq("stats", engine_url, "--prefix", TEST_PREFIX,
+                                     "--queue", qname, "--json").stdout)
+        assert stats[0]["workers"] == 1
+    finally:
+        queue.backend.deregister_worker(wid)

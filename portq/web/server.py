@@ -1,0 +1,53 @@
+"""``portq dashboard URL``: the dashboard app served by uvicorn."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from portq.errors import ConfigurationError
+from portq.web.security import is_loopback
+
+TOKEN_VARIABLE = "PORTQ_DASHBOARD_TOKEN"
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve beyond this machine without an access token."""
+    if not is_loopback(host) and not token:
+        raise ConfigurationError(
+            f"refusing to serve the dashboard on {host}, which is not a loopback address, "
+            f"without an access token: pass --token or set {TOKEN_VARIABLE} (the dashboard "
+            "can retry, cancel and delete jobs), or use --host 127.0.0.1")
+
+
+def serve(url: str, *, prefix: str = "portq_", host: str = "127.0.0.1", port: int = 8765,
+          read_only: bool = False, token: str | None = None, refresh: float = 5.0) -> int:
+    """Serve the dashboard until interrupted; returns the exit status."""
+    token = token or os.environ.get(TOKEN_VARIABLE) or None
+    check_bind(host, token)
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ConfigurationError(f"the dashboard needs portq's web extra ({exc}); install "
+                                 "it with: pip install 'portq[web]'") from None
+    import portq
+    from portq.web import app
+
+    queue = portq.connect(url, prefix=prefix)
+    try:
+        queue.backend.check_schema()
+        dashboard = app(queue, read_only=read_only, token=token, poll_seconds=refresh)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"portq dashboard for {queue.url} on http://{shown}:{port}/"
+              f"{' (read-only)' if read_only else ''}{' (token required)' if token else ''}"
+              " - Ctrl-C stops it", file=sys.stderr, flush=True)
+        config = uvicorn.Config(dashboard, host=host, port=port, log_level="warning",
+                                access_log=False, server_header=False)
+        server = uvicorn.Server(config)
+        server.run()
+        if not server.started:
+            raise ConfigurationError(f"cannot serve the dashboard on {host}:{port} "
+                                     "(is the port in use?)")
+    finally:
+        queue.close()
+    return 0

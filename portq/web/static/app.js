@@ -1,0 +1,128 @@
+// portq dashboard: live refresh of the overview by polling /api/overview.
+// Every value from the server is written with textContent or setAttribute on numbers,
+// never as HTML, so queue names and other user data cannot become markup.
+"use strict";
+(function () {
+  var body = document.body;
+  var table = document.getElementById("queues");
+  if (!table) { return; }
+  var base = body.getAttribute("data-base") || "";
+  var poll = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
+  var SVG = "http://www.w3.org/2000/svg";
+  var COUNTS = ["ready", "scheduled", "running", "succeeded", "dead", "cancelled"];
+
+  function age(s) {
+    if (s === null || s === undefined) { return "-"; }
+    if (s < 60) { return s.toFixed(1) + " s"; }
+    if (s < 3600) { return (s / 60).toFixed(1) + " min"; }
+    if (s < 172800) { return (s / 3600).toFixed(1) + " h"; }
+    return (s / 86400).toFixed(1) + " d";
+  }
+
+  function chart(values, dead) {
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "chart");
+    svg.setAttribute("viewBox", "0 0 180 32");
+    svg.setAttribute("width", "180");
+    svg.setAttribute("height", "32");
+    svg.setAttribute("role", "img");
+    var top = Math.max.apply(null, values.concat([1]));
+    svg.setAttribute("aria-label", "jobs finished per minute, last hour, peak " + top);
+    values.forEach(function (v, i) {
+      if (!v) { return; }
+      var h = Math.max(1, 30 * v / top);
+      var r = document.createElementNS(SVG, "rect");
+      r.setAttribute("x", String(i * 3));
+      r.setAttribute("y", String(32 - h));
+      r.setAttribute("width", "2.4");
+      r.setAttribute("height", String(h));
+      var t = document.createElementNS(SVG, "title");
+      t.textContent = (59 - i) + " min ago: " + v;
+      r.appendChild(t);
+      svg.appendChild(r);
+      if (dead && dead[i]) {
+        var d = Math.min(h, Math.max(1, 30 * dead[i] / top));
+        var rd = document.createElementNS(SVG, "rect");
+        rd.setAttribute("class", "dead");
+        rd.setAttribute("x", String(i * 3));
+        rd.setAttribute("y", String(32 - d));
+        rd.setAttribute("width", "2.4");
+        rd.setAttribute("height", String(d));
+        svg.appendChild(rd);
+      }
+    });
+    return svg;
+  }
+
+  function link(text, href) {
+    var a = document.createElement("a");
+    a.textContent = String(text);
+    a.setAttribute("href", href);
+    return a;
+  }
+
+  function cell(cls, field) {
+    var td = document.createElement("td");
+    if (cls) { td.className = cls; }
+    if (field) { td.setAttribute("data-field", field); }
+    return td;
+  }
+
+  function row(q) {
+    var tr = document.createElement("tr");
+    tr.setAttribute("data-queue", q.queue);
+    var qs = "?queue=" + encodeURIComponent(q.queue);
+    var name = cell("", "");
+    name.appendChild(link(q.queue, base + "/jobs" + qs));
+    tr.appendChild(name);
+    COUNTS.forEach(function (s) {
+      var td = cell("n", s);
+      var state = s === "scheduled" ? "ready" : s;
+      td.appendChild(link(q[s], base + "/jobs" + qs + "&state=" + state));
+      tr.appendChild(td);
+    });
+    var old = cell("n", "oldest_ready_age_s");
+    old.textContent = age(q.oldest_ready_age_s);
+    tr.appendChild(old);
+    var w = cell("n", "workers");
+    w.textContent = String(q.workers);
+    tr.appendChild(w);
+    var c = cell("", "chart");
+    c.appendChild(chart(q.finished_per_minute, q.dead_per_minute));
+    tr.appendChild(c);
+    var total = cell("n", "finished_last_hour");
+    total.textContent = String(q.finished_last_hour);
+    tr.appendChild(total);
+    return tr;
+  }
+
+  function render(data) {
+    var tbody = table.tBodies[0];
+    var rows = data.queues.map(row);
+    while (tbody.firstChild) { tbody.removeChild(tbody.firstChild); }
+    if (!rows.length) {
+      var tr = document.createElement("tr");
+      tr.className = "empty";
+      var td = document.createElement("td");
+      td.setAttribute("colspan", "11");
+      td.textContent = "No jobs yet.";
+      tr.appendChild(td);
+      tbody.appendChild(tr);
+    }
+    rows.forEach(function (r) { tbody.appendChild(r); });
+    var updated = document.getElementById("updated");
+    if (updated) {
+      updated.textContent = "updated " + data.generated_at.replace("T", " ").replace("+00:00", " UTC");
+    }
+    body.setAttribute("data-refreshed", String(Date.now()));
+  }
+
+  function refresh() {
+    fetch(base + "/api/overview", { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.json(); })
+      .then(render)
+      .catch(function () { body.setAttribute("data-refresh-error", String(Date.now())); })
+      .then(function () { window.setTimeout(refresh, poll); });
+  }
+  window.setTimeout(refresh, poll);
+}());
