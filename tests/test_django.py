@@ -19,14 +19,24 @@ from typing import Any
 
 import pytest
 
-if sys.version_info < (3, 12):
-    pytest.skip("Django 6 (django.tasks) needs Python >= 3.12; this is "
-                f"{sys.version.split()[0]}: run tests/test_django.py in a 3.12 venv",
-                allow_module_level=True)
-pytest.importorskip("django.tasks", reason="Django 6 is not installed: pip install "
-                    "'portq[django]' (Python >= 3.12)")
+REQUIRED = bool(os.environ.get("PORTQ_REQUIRE_DJANGO"))  # .ci/run: a skip is a failure
 
-from portq.conformance.helpers import wait_until
+
+def _unavailable(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"PORTQ_REQUIRE_DJANGO is set but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+if sys.version_info < (3, 12):
+    _unavailable("Django 6 (django.tasks) needs Python >= 3.12; this is "
+                 f"{sys.version.split()[0]}: run tests/test_django.py in a 3.12 venv")
+try:
+    import django.tasks
+except ImportError:
+    _unavailable("Django 6 is not installed: pip install 'portq[django]' (Python >= 3.12)")
+
+from portq.conformance.helpers import wait_until  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "django"
 PG_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
@@ -71,8 +81,11 @@ def alias(request: pytest.FixtureRequest) -> str:
         try:
             connections[name].ensure_connection()
         except Exception as exc:  # noqa: BLE001 - any driver's "cannot connect"
-            pytest.skip(f"{request.param} not reachable for the Django tests: "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            reason = (f"{request.param} not reachable for the Django tests: "
+                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            if REQUIRED or request.param in os.environ.get("PORTQ_REQUIRE_ENGINES", ""):
+                pytest.fail(reason, pytrace=False)
+            pytest.skip(reason)
         call_command("migrate", database=name, verbosity=0)
         _run("portq_migrate", "--backend", name)
         _ready.add(name)
