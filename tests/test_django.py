@@ -174,6 +174,7 @@ def test_worker_command_runs_committed_tasks_and_drains_on_sigterm(
         summed = tasks.add.using(backend=alias).enqueue(20, 22)
         failed = tasks.explode.using(backend=alias).enqueue("card declined")
         context = tasks.attempt_number.using(backend=alias).enqueue()
+        awaited = tasks.add_later.using(backend=alias).enqueue(40, 2)
     job_id = _backend(alias).queue.enqueue("default", {"task": "os.system",
                                                        "args": ["true"], "kwargs": {}})
 
@@ -186,6 +187,7 @@ def test_worker_command_runs_committed_tasks_and_drains_on_sigterm(
     assert tasks.charge.using(backend=alias).get_result(charged.id).id == charged.id
     assert _finished(alias, summed.id).return_value == 42
     assert _finished(alias, context.id).return_value == 1
+    assert _finished(alias, awaited.id).return_value == 42  # an async def task
 
     result = _finished(alias, failed.id)  # 2 attempts (settings: portq retries)
     assert result.status == TaskResultStatus.FAILED and result.attempts == 2

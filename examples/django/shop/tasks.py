@@ -3,6 +3,7 @@ the database (see settings.TASKS)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -39,3 +40,10 @@ def attempt_number(context: TaskContext) -> int:
 def nap(seconds: float) -> str:
     time.sleep(seconds)
     return f"slept {seconds}"
+
+
+@task
+async def add_later(a: int, b: int) -> int:
+    """An async task: the worker runs it with asgiref's async_to_sync."""
+    await asyncio.sleep(0.01)
+    return a + b
