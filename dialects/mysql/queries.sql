@@ -25,6 +25,11 @@ SELECT RELEASE_LOCK(CONCAT(COALESCE(DATABASE(), ''), '.portq_migrate'));
 -- name: schema_version
 SELECT MAX(version) FROM portq_schema_version;
 
+-- Every applied migration: migrate() applies each version not listed, so that a
+-- migration numbered below the newest applied one (merged later) still runs.
+-- name: applied_versions
+SELECT version FROM portq_schema_version;
+
 -- name: record_version
 INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIMESTAMP(6));
 

@@ -13,6 +13,11 @@ SELECT pg_advisory_xact_lock(hashtext('portq_schema_version'));
 -- name: schema_version
 SELECT max(version) FROM portq_schema_version;
 
+-- Every applied migration: migrate() applies each version not listed, so that a
+-- migration numbered below the newest applied one (merged later) still runs.
+-- name: applied_versions
+SELECT version FROM portq_schema_version;
+
 -- name: record_version
 INSERT INTO portq_schema_version (version) VALUES (:version);
 

@@ -12,6 +12,11 @@ CREATE TABLE IF NOT EXISTS portq_schema_version (
 -- name: schema_version
 SELECT MAX(version) FROM portq_schema_version;
 
+-- Every applied migration: migrate() applies each version not listed, so that a
+-- migration numbered below the newest applied one (merged later) still runs.
+-- name: applied_versions
+SELECT version FROM portq_schema_version;
+
 -- name: record_version
 INSERT INTO portq_schema_version (version, applied_at)
 VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));

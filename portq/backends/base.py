@@ -224,16 +224,16 @@ class SqlBackend(Backend):
         def go(cur: Any) -> int:
             with self.migration_lock(cur):
                 self.create_version_table(cur)
-                current = self._read_version(cur)
+                applied = self._applied_versions(cur)
                 for version, statements in load_migrations(self.engine, self.prefix):
-                    if version <= current:
+                    if version in applied:
                         continue
                     for stmt in statements:
                         self.run_ddl(cur, stmt)
                     self.record_version(cur, version)
                     log.info("migrated %s schema to version %d", self.engine, version)
-                    current = version
-                return current
+                    applied.add(version)
+                return max(applied, default=0)
         return self.run("migrate", go, retry=False)
 
     def create_version_table(self, cur: Any) -> None:
@@ -247,6 +247,9 @@ class SqlBackend(Backend):
     def record_version(self, cur: Any, version: int) -> None:
         """Record that migration ``version`` has been applied."""
         self.execute(cur, "record_version", {"version": version})
+
+    def _applied_versions(self, cur: Any) -> set[int]:
+        return {int(row[0]) for row in self.execute(cur, "applied_versions").fetchall()}
 
     def _read_version(self, cur: Any) -> int:
         row = self.execute(cur, "schema_version").fetchone()
@@ -275,6 +278,13 @@ class SqlBackend(Backend):
             raise SchemaError(
                 f"{self.url.redacted()} has portq schema version {have}, this portq needs "
                 f"{want}: run `portq migrate URL`")
+        applied = self.run("applied_versions", self._applied_versions, retry=False,
+                           write=False)
+        missing = [v for v, _ in load_migrations(self.engine, self.prefix) if v not in applied]
+        if missing:
+            raise SchemaError(
+                f"{self.url.redacted()} lacks portq migration(s) {missing} (added below its "
+                f"newest version {have}): run `portq migrate URL`")
 
     # ---- enqueue ------------------------------------------------------------------------
 
