@@ -233,3 +233,19 @@ def test_async_enqueue_and_get_result(alias: str) -> None:
     result, fetched = asyncio.run(go())
     assert fetched.id == result.id and fetched.status == TaskResultStatus.READY
     assert fetched.args == [1, 2]
+
+
+@pytest.mark.parametrize("vendor,engine", [
+    ("postgresql", "postgres"), ("mysql", "mysql"), ("sqlite", "sqlite"),
+    ("oracle", "oracle"), ("microsoft", "sqlserver")])
+def test_django_vendors_map_to_portq_engines(vendor: str, engine: str) -> None:
+    """Oracle and SQL Server (mssql-django) are mapped, parse-checked only: no server here."""
+    from portq.contrib.django.backend import url_for
+    db = {"NAME": "shop", "USER": "app", "PASSWORD": "p@ss:w/rd", "HOST": "db", "PORT": "1"}
+    url = url_for(vendor, db)
+    assert url.engine == engine and url.database == "shop"
+    assert "p@ss" not in url.redacted() and "p@ss" not in repr(url)
+    if engine != "sqlite":
+        assert (url.host, url.port, url.username, url.password) == ("db", 1, "app", "p@ss:w/rd")
+    with pytest.raises(Exception, match="portq supports"):
+        url_for("cockroach", db)

@@ -54,12 +54,16 @@ def database_url(alias: str) -> DatabaseURL:
     if alias not in settings.DATABASES:
         raise ImproperlyConfigured(f"portq: OPTIONS database {alias!r} is not in DATABASES")
     conn = connections[alias]
-    scheme = VENDOR_SCHEMES.get(conn.vendor)
+    return url_for(conn.vendor, conn.settings_dict, alias)
+
+
+def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> DatabaseURL:
+    """The portq URL of a Django database of ``vendor`` with settings ``db``."""
+    scheme = VENDOR_SCHEMES.get(vendor)
     if scheme is None:
         raise ImproperlyConfigured(
-            f"portq: Django database {alias!r} is {conn.vendor!r}; portq supports "
+            f"portq: Django database {alias!r} is {vendor!r}; portq supports "
             f"{', '.join(sorted(VENDOR_SCHEMES))} (or give OPTIONS url)")
-    db = conn.settings_dict
     if scheme == "sqlite":
         return DatabaseURL(engine="sqlite", scheme="sqlite", database=str(db["NAME"]))
     url = parse_url(f"{scheme}://localhost")  # engine and scheme, validated by portq
