@@ -430,8 +430,9 @@ class AsyncWorker:
         try:
             try:
                 result = await self.handler(job)
-                if result is not None and not await self.queue.store_result(job, result):
-                    self.counters.lost += 1
+                if result is not None and self._inflight.get(job.id, (None,))[0] is job \
+                        and not await self.queue.store_result(job, result):
+                    self.counters.lost += 1  # lost since the heartbeat's last renewal
                     return
             except Permanent as exc:  # a ResultError (result not storable) too
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
