@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ for module, extra in (("fastapi", "fastapi"), ("uvicorn", "portq[web]"), ("jinja
 import httpx  # noqa: E402
 
 import portq  # noqa: E402
-from portq.conformance.helpers import wait_until  # noqa: E402
+from portq.conformance.helpers import free_port, wait_until  # noqa: E402
 from portq.url import parse_url  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "fastapi"
@@ -37,12 +36,6 @@ def example_url(engine_url: str) -> str:
     if DRIVERS[engine]:
         pytest.importorskip(str(DRIVERS[engine]), reason=f"pip install {DRIVERS[engine]}")
     return engine_url
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start(args: list[str], url: str) -> subprocess.Popen[str]:
@@ -64,7 +57,7 @@ def _stop(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
 
 @pytest.fixture
 def api(example_url: str) -> Iterator[httpx.Client]:
-    port = _free_port()
+    port = free_port()
     server = _start(["-m", "uvicorn", "app:app", "--host", "127.0.0.1", "--port", str(port)],
                     example_url)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
