@@ -13,6 +13,7 @@ from portq.errors import (
     PayloadError,
     Permanent,
     PortqError,
+    ResultError,
     SchemaError,
     SchemaMissingError,
 )
@@ -25,7 +26,7 @@ __all__ = [
     "Backoff", "CannotConnect", "Claim", "ConfigurationError", "ConnectionLost",
     "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
     "InvalidQueueName", "Job", "JobRecord", "LoginFailed", "PayloadError", "Permanent",
-    "PortqError", "Queue", "QueueStats", "RetryAfter", "SchemaError", "SchemaMissingError",
-    "State", "Worker", "connect",
+    "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
+    "SchemaMissingError", "State", "Worker", "connect",
 ]
 __version__ = "0.1.0"

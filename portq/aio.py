@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from portq import sqla
 from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, conflict_delay, storable_error
 from portq.errors import ConfigurationError, DatabaseError, Permanent
 from portq.handler import HandlerRunner
@@ -178,6 +179,12 @@ class AsyncQueue:
             if self.native:
                 return list(await self._run("enqueue", lambda cur: self._insert(cur, jobs)))
             return await asyncio.to_thread(self.backend.enqueue, jobs)
+        if sqla.is_async(conn):  # SQLAlchemy AsyncSession / AsyncConnection
+            aconn = await sqla.async_connection(conn, self.backend.engine)
+            if not self.native:  # SQLAlchemy's sync adapter of aiosqlite/aiomysql/asyncmy
+                return list(await aconn.run_sync(lambda sync_conn: self.backend.enqueue(
+                    jobs, conn=sqla.adapted_dbapi(sync_conn))))
+            conn = (await aconn.get_raw_connection()).driver_connection
         if _is_async_psycopg(conn):
             if not self.native:
                 raise ConfigurationError(f"conn is a psycopg AsyncConnection; the "
@@ -268,6 +275,15 @@ class AsyncQueue:
         return bool(await self._run("fail", go))
 
     # ---- operators and maintenance (the sync Queue, in a thread) -------------------------
+
+    async def store_result(self, job: Job | Claim, result: Any) -> bool:
+        """Store a running job's return value (see :meth:`portq.Queue.store_result`)."""
+        text = self.queue.dump_result(result)
+        return await asyncio.to_thread(self.backend.store_result, _claim_of(job), text)
+
+    async def result(self, job_id: int) -> Any:
+        """A succeeded job's stored return value (see :meth:`portq.Queue.result`)."""
+        return await asyncio.to_thread(self.queue.result, job_id)
 
     async def migrate(self) -> int:
         return await asyncio.to_thread(self.queue.migrate)
@@ -453,8 +469,12 @@ class AsyncWorker:
     async def _execute(self, job: Job) -> None:
         try:
             try:
-                await self._handler.run_async(job)
-            except Permanent as exc:
+                result = await self._handler.run_async(job)
+                if result is not None and self._inflight.get(job.id, (None,))[0] is job \
+                        and not await self.queue.store_result(job, result):
+                    self.counters.add("lost", queue=job.queue)  # lost since the last renewal
+                    return
+            except Permanent as exc:  # a ResultError (result not storable) too
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
                 await self._report(job, str(exc), exc.delay)

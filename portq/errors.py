@@ -76,3 +76,8 @@ class SchemaMissingError(SchemaError):
 
 class Permanent(Exception):
     """Raise from a handler to send the job to ``dead`` at once, without retries."""
+
+
+class ResultError(PayloadError, Permanent):
+    """A handler's return value cannot be stored as its result (not JSON, or too large);
+    the job goes to ``dead`` with this message."""

@@ -168,6 +168,15 @@ class Backend(ABC):
         return the names of the tables that were there."""
 
     @abstractmethod
+    def store_result(self, claim: Claim, result_json: str) -> bool:
+        """Store a running job's return value (JSON text) in its own transaction, replacing
+        an earlier generation's, only while ``claim`` owns the job; False: ownership lost."""
+
+    @abstractmethod
+    def result(self, job_id: int) -> Any:
+        """The stored return value of a succeeded job, or None when it has none."""
+
+    @abstractmethod
     def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:
         """Register or renew a worker's registry row until DB clock + ``ttl_ms``; rows of
         workers whose heartbeats stopped are deleted on the way."""

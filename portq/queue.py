@@ -12,7 +12,7 @@ from typing import Any
 from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import JOB_ORDERS, SqlBackend
-from portq.errors import ConfigurationError, InvalidQueueName, PayloadError
+from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
 from portq.job import (
     ACTIVE_STATES,
     ALL_STATES,
@@ -47,11 +47,13 @@ def connect(url: str, **options: Any) -> Queue:
     """Open a :class:`Queue` on the database named by ``url``.
 
     Options: ``prefix`` (table prefix, default ``portq_``), ``pool_size``,
-    ``max_payload_bytes`` (default 1 MiB), ``max_attempts`` (default 25),
+    ``max_payload_bytes`` (default 1 MiB), ``max_result_bytes`` (largest stored result,
+    default 1 MiB), ``max_attempts`` (default 25),
     ``backoff`` (a :class:`portq.Backoff`), and engine options such as SQLite's
     ``busy_timeout_ms``.
     """
-    queue_opts = {k: options.pop(k) for k in ("max_payload_bytes", "max_attempts", "backoff")
+    queue_opts = {k: options.pop(k) for k in ("max_payload_bytes", "max_result_bytes",
+                                                     "max_attempts", "backoff")
                   if k in options}
     return Queue(backend_for(parse_url(url), **options), **queue_opts)
 
@@ -120,10 +122,12 @@ class Queue:
 
     def __init__(self, backend: SqlBackend, *,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS,
                  backoff: Backoff = DEFAULT_BACKOFF) -> None:
         self.backend = backend
         self.max_payload_bytes = positive_int(max_payload_bytes, "max_payload_bytes")
+        self.max_result_bytes = positive_int(max_result_bytes, "max_result_bytes")
         self.default_max_attempts = positive_int(max_attempts, "max_attempts")
         self.backoff = backoff
 
@@ -230,34 +234,13 @@ class Queue:
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""
-        try:
-            text = json.dumps(payload, ensure_ascii=False, allow_nan=False,
-                              separators=(",", ":"))
-        except RecursionError:
-            raise PayloadError(self._too_deep()) from None
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
-        try:
-            size = len(text.encode("utf-8"))
-        except UnicodeEncodeError as exc:
-            raise PayloadError(f"payload holds text that is not valid Unicode (a lone "
-                               f"surrogate?): {exc}") from None
-        if size > self.max_payload_bytes:
-            raise PayloadError(f"payload is {size} bytes of JSON, over the limit of "
-                               f"{self.max_payload_bytes} (max_payload_bytes)")
-        if "\\u0000" in text and _JSON_NUL.search(text):
-            raise PayloadError("payload contains a NUL character (\\u0000) in a string or "
-                               "an object key, which PostgreSQL cannot store: portq refuses "
-                               "it on every engine")
-        if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and \
-                _nesting_exceeds(payload, MAX_PAYLOAD_DEPTH):
-            raise PayloadError(self._too_deep())
-        return text
+        return dump_json(payload, "payload", self.max_payload_bytes, "max_payload_bytes",
+                         PayloadError)
 
-    @staticmethod
-    def _too_deep() -> str:
-        return (f"payload nests arrays/objects more than {MAX_PAYLOAD_DEPTH} levels deep, "
-                "the limit on every engine (MariaDB refuses 32)")
+    def dump_result(self, result: Any) -> str:
+        """A handler's return value as JSON text, or :class:`ResultError` naming the problem."""
+        return dump_json(result, "result", self.max_result_bytes, "max_result_bytes",
+                         ResultError)
 
     def _dbapi(self, conn: Any) -> Any:
         """The DB-API connection under ``conn`` (unwrapping SQLAlchemy), checked."""
@@ -411,6 +394,18 @@ class Queue:
         """The whole row of one job; None when no job has that id."""
         return self.backend.job(positive_int(job_id, "job_id"))
 
+    def store_result(self, job: Job | Claim, result: Any) -> bool:
+        """Store a running job's return value (JSON, at most ``max_result_bytes``) in its
+        own transaction, only while the claim owns the job; False: ownership was lost.
+        Call it before :meth:`complete` (the worker does, for a handler's non-None return
+        value); :meth:`result` shows it once the job has succeeded."""
+        return self.backend.store_result(_claim_of(job), self.dump_result(result))
+
+    def result(self, job_id: int) -> Any:
+        """The stored return value of a succeeded job; None when the job has not succeeded
+        (yet), returned None, or was pruned."""
+        return self.backend.result(positive_int(job_id, "job_id"))
+
     def error_history(self, job_id: int) -> list[JobError]:
         """Every recorded failed attempt of a job (attempt, worker, error, failed_at)."""
         return self.backend.error_history(positive_int(job_id, "job_id"))
@@ -435,6 +430,37 @@ def _states(states: Sequence[str], allowed: Sequence[str], what: str) -> list[st
         raise ConfigurationError(f"can only {what} jobs in states {', '.join(names)}; "
                                  f"got {', '.join(map(str, states)) or 'none'}")
     return [str(s) for s in states]
+
+
+def dump_json(value: Any, what: str, limit: int, option: str,
+              error: type[PayloadError]) -> str:
+    """``value`` as compact JSON text of at most ``limit`` UTF-8 bytes, storable by every
+    engine; else ``error`` naming the problem (``what`` is "payload" or "result")."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise error(_too_deep(what)) from None
+    except (TypeError, ValueError) as exc:
+        raise error(f"{what} is not JSON-serialisable: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} holds text that is not valid Unicode (a lone "
+                    f"surrogate?): {exc}") from None
+    if size > limit:
+        raise error(f"{what} is {size} bytes of JSON, over the limit of {limit} ({option})")
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise error(f"{what} contains a NUL character (\\u0000) in a string or an object "
+                    "key, which PostgreSQL cannot store: portq refuses it on every engine")
+    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and \
+            _nesting_exceeds(value, MAX_PAYLOAD_DEPTH):
+        raise error(_too_deep(what))
+    return text
+
+
+def _too_deep(what: str) -> str:
+    return (f"{what} nests arrays/objects more than {MAX_PAYLOAD_DEPTH} levels deep, "
+            "the limit on every engine (MariaDB refuses 32)")
 
 
 def _storable_text(text: str) -> bool:

@@ -125,7 +125,8 @@ def parse_url(url: str) -> DatabaseURL:
     if driver is not None and driver not in DRIVERS[engine]:
         raise ConfigurationError(
             f"unsupported driver {driver!r} for {base}; portq uses "
-            f"{' or '.join(sorted(DRIVERS[engine]))}")
+            f"{' or '.join(sorted(DRIVERS[engine]))}: write {base}+"
+            f"{sorted(DRIVERS[engine])[0]}://... (the same URL serves portq.aio)")
     if engine == "sqlite":
         return _parse_sqlite(raw_scheme.lower(), rest, url)
     if "#" in rest:

@@ -48,7 +48,7 @@ from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Job, error_line
-from portq.queue import Queue, duration_ms, positive_int, validate_queue
+from portq.queue import Queue, _claim_of, duration_ms, positive_int, validate_queue
 from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
 
@@ -698,8 +698,10 @@ class Worker:
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
         try:
-            self._handler.run(job)
-        except Permanent as exc:
+            result = self._handler.run(job)
+            if result is not None and not self._store_result(job, result):
+                return False  # lost meanwhile; its new owner reports
+        except Permanent as exc:  # a ResultError (result not storable) too
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
             self._report(job, "retry", str(exc), max(0.0, exc.delay))
@@ -714,6 +716,20 @@ class Worker:
             self._acks.put_many((job,))
             return True
         return False
+
+    def _store_result(self, job: Job, result: Any) -> bool:
+        """Store a handler's return value before its completion; False when the claim lost
+        the job (logged as lost) or the lease ran out first."""
+        text = self.queue.dump_result(result)  # ResultError: the job goes to dead
+        with self._lock:
+            owned = self._inflight.get(job.id) is job
+        if not owned:
+            return False  # released or lost meanwhile (already logged)
+        written = self._write([job], lambda: [self.queue.backend.store_result(
+            _claim_of(job), text)])
+        if written is not None and not written[0][0]:
+            self._record(job, "succeeded", False, written[1], "", None)
+        return written is not None and written[0][0]
 
     def _report(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """Write the outcome, retrying through connection trouble until the lease ends."""

@@ -17,6 +17,7 @@ pymysql = pytest.importorskip("pymysql")
 import portq  # noqa: E402
 from portq.backends.base import ErrorKind  # noqa: E402
 from portq.backends.mysql import MysqlBackend  # noqa: E402
+from portq.bench import drop_tables  # noqa: E402
 from portq.errors import ConfigurationError  # noqa: E402
 from portq.sql import bind  # noqa: E402
 from portq.url import parse_url  # noqa: E402
@@ -25,9 +26,7 @@ URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 
 
 def _drop(backend: MysqlBackend) -> None:
-    with backend.transaction() as cur:
-        for table in ("job_error", "job", "schema_version"):
-            cur.execute(f"DROP TABLE IF EXISTS {backend.prefix}{table}")
+    drop_tables(backend)
 
 
 @pytest.fixture(scope="module")

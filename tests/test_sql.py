@@ -27,7 +27,10 @@ def test_every_engine_defines_the_protocols_statements(engine: str) -> None:
 @pytest.mark.parametrize("engine", _available())
 def test_migrations_are_numbered_and_prefixed(engine: str) -> None:
     migrations = load_migrations(engine, prefix="acme_")
-    assert [v for v, _ in migrations] == list(range(1, len(migrations) + 1))
+    versions = [v for v, _ in migrations]
+    # strictly increasing from 1; gaps allowed (numbers are allocated per branch, and
+    # migrate() applies every version not yet recorded)
+    assert versions[0] == 1 and versions == sorted(set(versions)), versions
     text = "\n".join(s for _, stmts in migrations for s in stmts)
     assert "portq_" not in text and "acme_job" in text
 

@@ -45,7 +45,7 @@ SAMPLE: dict[str, Any] = {
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
     "done_ids": 0, "done_generations": 0, "after_id": 0, "name": "portq_job", "window_ms": 3600000,
-    "host": "h", "pid": 1, "queues": '["q"]',
+    "result": "{}", "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
     "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
 }

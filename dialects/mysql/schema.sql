@@ -104,3 +104,18 @@ CREATE TABLE IF NOT EXISTS portq_worker (
     expires_at   DATETIME(6)  NOT NULL,
     PRIMARY KEY (worker_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result (InnoDB foreign key).
+CREATE TABLE IF NOT EXISTS portq_result (
+    job_id     BIGINT      NOT NULL,
+    generation INT         NOT NULL,
+    result     JSON        NOT NULL,
+    stored_at  DATETIME(6) NOT NULL,
+    PRIMARY KEY (job_id),
+    CONSTRAINT portq_result_ck CHECK (JSON_VALID(result)),
+    CONSTRAINT portq_result_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
+        ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -86,3 +86,16 @@ CREATE TABLE portq_worker (
     heartbeat_at TIMESTAMP(6)       DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL,
     expires_at   TIMESTAMP(6)       NOT NULL
 );
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result. No IS JSON check: before 21c it refuses a top-level
+-- scalar such as 42, a valid result; portq writes only json.dumps text.
+CREATE TABLE portq_result (
+    job_id     NUMBER(19)   CONSTRAINT portq_result_pk PRIMARY KEY
+                   CONSTRAINT portq_result_job_fk REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    generation NUMBER(10)   NOT NULL,
+    result     CLOB         NOT NULL,
+    stored_at  TIMESTAMP(6) DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL
+);

@@ -13,6 +13,11 @@ SELECT pg_advisory_xact_lock(hashtext('portq_schema_version'));
 -- name: schema_version
 SELECT max(version) FROM portq_schema_version;
 
+-- Every applied migration: migrate() applies each version not listed, so that a
+-- migration numbered below the newest applied one (merged later) still runs.
+-- name: applied_versions
+SELECT version FROM portq_schema_version;
+
 -- name: record_version
 INSERT INTO portq_schema_version (version) VALUES (:version);
 
@@ -323,3 +328,23 @@ SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, start
 FROM portq_worker
 WHERE expires_at > now()
 ORDER BY started_at, worker_id;
+
+-- Results (migration 5). store_result runs lock_owned_job (which locks the job row, so no
+-- reap or claim can take the job meanwhile), then delete_result and insert_result, in one
+-- transaction: the result is written only while the claim still owns the job.
+-- name: lock_owned_job
+SELECT job_id FROM portq_job
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now()
+FOR UPDATE;
+
+-- name: delete_result
+DELETE FROM portq_result WHERE job_id = :job_id;
+
+-- name: insert_result
+INSERT INTO portq_result (job_id, generation, result)
+VALUES (:job_id, :generation, CAST(:result AS jsonb));
+
+-- name: job_result
+SELECT r.result::text FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
+WHERE r.job_id = :job_id AND j.state = 'succeeded';

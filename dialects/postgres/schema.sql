@@ -61,3 +61,14 @@ CREATE TABLE portq_worker (
     heartbeat_at timestamptz NOT NULL DEFAULT now(),
     expires_at   timestamptz NOT NULL
 );
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result.
+CREATE TABLE portq_result (
+    job_id     bigint      PRIMARY KEY REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    generation integer     NOT NULL,
+    result     jsonb       NOT NULL,
+    stored_at  timestamptz NOT NULL DEFAULT now()
+);

@@ -12,6 +12,11 @@ CREATE TABLE IF NOT EXISTS portq_schema_version (
 -- name: schema_version
 SELECT MAX(version) FROM portq_schema_version;
 
+-- Every applied migration: migrate() applies each version not listed, so that a
+-- migration numbered below the newest applied one (merged later) still runs.
+-- name: applied_versions
+SELECT version FROM portq_schema_version;
+
 -- name: record_version
 INSERT INTO portq_schema_version (version, applied_at)
 VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
@@ -299,3 +304,24 @@ SELECT worker_id, host, pid, queues, concurrency, jobs_in_hand, schedules, start
 FROM portq_worker
 WHERE expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 ORDER BY started_at, worker_id;
+
+-- Results (migration 5). store_result runs lock_owned_job, then delete_result and
+-- insert_result, in one transaction (BEGIN IMMEDIATE already holds the write lock): the
+-- result is written only while the claim still owns the job.
+-- name: lock_owned_job
+SELECT job_id FROM portq_job
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: delete_result
+DELETE FROM portq_result WHERE job_id = :job_id;
+
+-- name: insert_result
+INSERT INTO portq_result (job_id, generation, result, stored_at)
+VALUES (:job_id, :generation, :result,
+        CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
+
+-- name: job_result
+SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
+WHERE r.job_id = :job_id AND j.state = 'succeeded';

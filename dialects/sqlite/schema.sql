@@ -63,3 +63,14 @@ CREATE TABLE portq_worker (
     heartbeat_at INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL
 );
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result: portq's connections run with PRAGMA foreign_keys = ON.
+CREATE TABLE portq_result (
+    job_id     INTEGER PRIMARY KEY REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    generation INTEGER NOT NULL,
+    result     TEXT    NOT NULL CHECK (json_valid(result)),
+    stored_at  INTEGER NOT NULL
+);

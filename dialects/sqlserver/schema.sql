@@ -113,3 +113,16 @@ CREATE TABLE portq_worker (
     heartbeat_at DATETIME2(6)  NOT NULL CONSTRAINT portq_worker_beat_df DEFAULT SYSUTCDATETIME(),
     expires_at   DATETIME2(6)  NOT NULL
 );
+
+-- migration: 5
+-- A succeeded job's return value (JSON), written by the worker in its own fenced
+-- transaction just before the completion (see docs/operations.md, "Results"). Deleting the
+-- job (prune) deletes its result. No ISJSON check: without its type argument (2022+)
+-- ISJSON refuses a scalar such as 42, a valid result; portq writes only json.dumps text.
+CREATE TABLE portq_result (
+    job_id     BIGINT        NOT NULL CONSTRAINT portq_result_pk PRIMARY KEY
+                   CONSTRAINT portq_result_job_fk REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    generation INT           NOT NULL,
+    result     NVARCHAR(MAX) NOT NULL,
+    stored_at  DATETIME2(6)  NOT NULL CONSTRAINT portq_result_stored_df DEFAULT SYSUTCDATETIME()
+);

@@ -335,16 +335,16 @@ class SqlBackend(Backend):
         def go(cur: Any) -> int:
             with self.migration_lock(cur):
                 self.create_version_table(cur)
-                current = self._read_version(cur)
+                applied = self._applied_versions(cur)
                 for version, statements in load_migrations(self.engine, self.prefix):
-                    if version <= current:
+                    if version in applied:
                         continue
                     for stmt in statements:
                         self.run_ddl(cur, stmt)
                     self.record_version(cur, version)
                     log.info("migrated %s schema to version %d", self.engine, version)
-                    current = version
-                return current
+                    applied.add(version)
+                return max(applied, default=0)
         return self.run("migrate", go, retry=False)
 
     def create_version_table(self, cur: Any) -> None:
@@ -358,6 +358,9 @@ class SqlBackend(Backend):
     def record_version(self, cur: Any, version: int) -> None:
         """Record that migration ``version`` has been applied."""
         self.execute(cur, "record_version", {"version": version})
+
+    def _applied_versions(self, cur: Any) -> set[int]:
+        return {int(row[0]) for row in self.execute(cur, "applied_versions").fetchall()}
 
     def _read_version(self, cur: Any) -> int:
         row = self.execute(cur, "schema_version").fetchone()
@@ -388,6 +391,13 @@ class SqlBackend(Backend):
             raise SchemaError(
                 f"{self.url.redacted()} has portq schema version {have}, this portq needs "
                 f"{want}: run `portq migrate URL`")
+        applied = self.run("applied_versions", self._applied_versions, retry=False,
+                           write=False)
+        missing = [v for v, _ in load_migrations(self.engine, self.prefix) if v not in applied]
+        if missing:
+            raise SchemaError(
+                f"{self.url.redacted()} lacks portq migration(s) {missing} (added below its "
+                f"newest version {have}): run `portq migrate URL`")
 
     # ---- enqueue ------------------------------------------------------------------------
 
@@ -674,6 +684,28 @@ class SqlBackend(Backend):
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
+
+    # ---- results ------------------------------------------------------------------------
+
+    def store_result(self, claim: Claim, result_json: str) -> bool:
+        params = {**self.guard(claim), "result": result_json}
+
+        def go(cur: Any) -> bool:
+            if self.execute(cur, "lock_owned_job", params).fetchone() is None:
+                return False
+            self.execute(cur, "delete_result", params)
+            self.insert_result(cur, params)
+            return True
+        return self.run("store_result", go)
+
+    def insert_result(self, cur: Any, params: dict[str, Any]) -> None:
+        """Insert the result row (Oracle binds the JSON text as a CLOB)."""
+        self.execute(cur, "insert_result", params)
+
+    def result(self, job_id: int) -> Any:
+        row = self.run("job_result", lambda cur: self.execute(
+            cur, "job_result", {"job_id": job_id}).fetchone(), write=False)
+        return None if row is None else self.load_payload(row[0])
 
     # ---- worker registry ----------------------------------------------------------------
 

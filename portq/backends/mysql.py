@@ -149,6 +149,11 @@ class MysqlBackend(SqlBackend):
         """True when the connection of ``cur`` talks to MariaDB (not MySQL)."""
         return "mariadb" in str(cur.connection.get_server_info()).lower()
 
+    def accepts_connection(self, conn: Any) -> bool:
+        """PyMySQL's connections, and mysqlclient's (``MySQLdb``: Django's MySQL driver),
+        whose cursors take the same ``%(name)s`` parameters."""
+        return type(conn).__module__.split(".")[0] in ("pymysql", "MySQLdb")
+
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult:
         # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id of
         # the inserted row or of the existing one (read under its row lock). Affected rows
@@ -156,7 +161,10 @@ class MysqlBackend(SqlBackend):
         # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
         # so there the key is looked up first; a job of that key committed in between (or
         # after a caller's snapshot) is then reported as created, with the right id.
-        found_rows = bool(getattr(cur.connection, "client_flag", 0) & CLIENT.FOUND_ROWS)
+        # Where the flags are not exposed (mysqlclient; SQLAlchemy's aiomysql/asyncmy
+        # adapters) assume FOUND_ROWS, which Django and SQLAlchemy both set.
+        flags = getattr(getattr(cur, "connection", None), "client_flag", CLIENT.FOUND_ROWS)
+        found_rows = bool(flags & CLIENT.FOUND_ROWS)
         existed = found_rows and params.get("key") is not None and \
             self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)

@@ -223,6 +223,10 @@ class OracleBackend(SqlBackend):
             value = value[0]
         return EnqueueResult(int(value), True)
 
+    def insert_result(self, cur: Any, params: dict[str, Any]) -> None:
+        cur.setinputsizes(result=oracledb.DB_TYPE_CLOB)  # a str over 4000 bytes binds as LONG
+        self.execute(cur, "insert_result", params)
+
     # ---- claim, reap, prune: lock n ids with a cursor, then act on them ------------------
 
     def lock_ids(self, cur: Any, name: str, params: dict[str, Any], limit: int) -> list[int]:

@@ -1,0 +1,1 @@
+"""Integrations of portq with web frameworks (each imported only when used)."""
