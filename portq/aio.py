@@ -32,6 +32,7 @@ from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, conflict_delay
 from portq.errors import ConfigurationError, ConnectionLost, DatabaseError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats
 from portq.protocol import NewJob
 from portq.queue import (
@@ -48,7 +49,8 @@ from portq.sql import bind
 from portq.worker import Pacing, RetryAfter, WorkerCounters, new_worker_id
 
 log = logging.getLogger("portq.aio")
-AsyncHandler = Callable[[Job], Awaitable[Any]]
+#: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
+AsyncHandler = Callable[[Job], Any]
 
 
 async def connect(url: str, **options: Any) -> AsyncQueue:
@@ -205,16 +207,38 @@ class AsyncQueue:
 
     async def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
         """Extend the lease; False means the claim no longer owns the job."""
+        return (await self.renew_many([job], lease))[0]
+
+    async def renew_many(self, jobs: Sequence[Job | Claim], lease: float = 30.0) -> list[bool]:
+        """Extend several leases in one statement; one result per job, as :meth:`renew`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.renew, job, lease)
-        return await self._guarded("renew", {**self.backend.guard(_claim_of(job)),
-                                             "lease_ms": duration_ms(lease, "lease")})
+            return await asyncio.to_thread(self.queue.renew_many, jobs, lease)
+        return await self._fenced_many("renew_many", jobs,
+                                       {"lease_ms": duration_ms(lease, "lease")})
 
     async def complete(self, job: Job | Claim) -> bool:
         """Mark succeeded; False means ownership was lost and nothing was written."""
+        return (await self.complete_many([job]))[0]
+
+    async def complete_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """Complete several jobs in one statement; one result per job, as :meth:`complete`."""
         if not self.native:
-            return await asyncio.to_thread(self.queue.complete, job)
-        return await self._guarded("complete", self.backend.guard(_claim_of(job)))
+            return await asyncio.to_thread(self.queue.complete_many, jobs)
+        return await self._fenced_many("complete_many", jobs, {})
+
+    async def _fenced_many(self, op: str, jobs: Sequence[Job | Claim],
+                           params: dict[str, Any]) -> list[bool]:
+        """The async form of :meth:`SqlBackend.fenced_many` (same statements)."""
+        if not jobs:
+            return []
+        claims = [_claim_of(j) for j in jobs]
+        params = {**params, "claims": self.backend.claims_json(claims)}
+
+        async def go(cur: Any) -> set[tuple[int, int]]:
+            rows = await (await self._execute(cur, op, params)).fetchall()
+            return {(int(job_id), int(gen)) for job_id, gen in rows}
+        done = await self._run(op, go)
+        return [(c.job_id, c.generation) in done for c in claims]
 
     async def release(self, job: Job | Claim) -> bool:
         """Return an unfinished job to ready without spending its attempt."""
@@ -270,7 +294,8 @@ def _is_async_psycopg(conn: Any) -> bool:
 
 
 class AsyncWorker:
-    """Runs async handlers for jobs of ``queues`` as asyncio tasks.
+    """Runs handlers for jobs of ``queues`` as asyncio tasks (an ``async def`` handler on
+    the event loop, a plain ``def`` one on a thread of its own).
 
     At most ``concurrency`` handlers run at once; a heartbeat task renews leases at a
     third of the lease; an empty queue is polled with growing, jittered sleeps;
@@ -288,8 +313,7 @@ class AsyncWorker:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names or len(set(names)) != len(names):
             raise ConfigurationError(f"a worker needs distinct queues, got {names}")
-        if not callable(handler):
-            raise ConfigurationError("handler must be an async function taking a portq.Job")
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         if not 0 < idle_min <= idle_max:
             raise ConfigurationError("need 0 < idle_min <= idle_max")
         self.queue = queue
@@ -392,7 +416,7 @@ class AsyncWorker:
     async def _execute(self, job: Job) -> None:
         try:
             try:
-                await self.handler(job)
+                await self._handler.run_async(job)
             except Permanent as exc:
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
@@ -440,12 +464,14 @@ class AsyncWorker:
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.lease / 3)
-            for job, _task in list(self._inflight.values()):
-                try:
-                    renewed = await self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d error=%s", job.id, exc)
-                    continue
+            jobs = [job for job, _task in self._inflight.values()]
+            try:  # one statement per tick, whatever the number of jobs
+                results = await self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed and self._inflight.get(job.id, (None,))[0] is job:
                     del self._inflight[job.id]
                     self.counters.lost += 1

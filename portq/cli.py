@@ -368,7 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("worker", cmd_worker, "run a worker")
     p.add_argument("--queue", action="append", required=True, help="repeat for more queues")
-    p.add_argument("--handler", required=True, help="module:function taking a portq.Job")
+    p.add_argument("--handler", required=True,
+                   help="module:function taking a portq.Job (def, or async def: awaited on "
+                        "an event loop of the handler thread)")
     p.add_argument("--concurrency", type=_positive, default=4)
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,
@@ -384,7 +386,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="claim loops, each on its own connection (default 1); more keep a "
                         "worker of many short jobs from waiting on one claim's round trip")
     p.add_argument("--burst", action="store_true",
-                   help="exit 0 once the queues have no due ready and no running jobs")
+                   help="exit 0 once nothing is left: no job of the queues is ready and "
+                        "due, none is running (another worker's too: a crashed worker's "
+                        "jobs are waited for until the reaper returns them, then run), and "
+                        "the jobs this worker reaped have waited out --reap-delay and run; "
+                        "jobs due later (--delay, retry backoff) are not waited for")
     p.add_argument("--backoff", choices=["full_jitter", "exponential", "fixed"],
                    default="full_jitter", help="retry delay policy (default full_jitter)")
     p.add_argument("--backoff-base", type=parse_duration, default=1.0,

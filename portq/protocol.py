@@ -60,6 +60,11 @@ class Backend(ABC):
         """Extend the lease if the claim still owns the job and its lease has not expired."""
 
     @abstractmethod
+    def renew_many(self, claims: Sequence[Claim], lease_ms: int) -> list[bool]:
+        """:meth:`renew` for several claims in one transaction (one heartbeat tick); each
+        result says whether that claim still owned its job."""
+
+    @abstractmethod
     def complete(self, claim: Claim) -> bool:
         """Mark the job succeeded if the claim still owns it; False means ownership was lost."""
 

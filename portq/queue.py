@@ -230,6 +230,11 @@ class Queue:
         """Extend the lease; False means the claim no longer owns the job."""
         return self.backend.renew(_claim_of(job), duration_ms(lease, "lease"))
 
+    def renew_many(self, jobs: Sequence[Job | Claim], lease: float = 30.0) -> list[bool]:
+        """Extend several leases in one transaction; one result per job, as :meth:`renew`."""
+        lease_ms = duration_ms(lease, "lease")
+        return self.backend.renew_many([_claim_of(j) for j in jobs], lease_ms) if jobs else []
+
     def complete(self, job: Job | Claim) -> bool:
         """Mark succeeded; False means ownership was lost and nothing was written."""
         return self.backend.complete(_claim_of(job))

@@ -42,6 +42,7 @@ from typing import Any, Generic, TypeVar
 
 from portq.backends.base import Listener
 from portq.errors import ConfigurationError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Job
 from portq.queue import Queue, duration_ms, positive_int, validate_queue
 from portq.retry import Backoff
@@ -291,6 +292,7 @@ class Worker:
         self.queue = queue
         self.queues = [validate_queue(n) for n in names]
         self.handler = handler
+        self._handler = HandlerRunner(handler)  # refuses what cannot be a handler
         self.concurrency = positive_int(concurrency, "concurrency")
         self.lease_ms = duration_ms(lease, "lease")
         self.lease = self.lease_ms / 1000
@@ -318,6 +320,7 @@ class Worker:
         self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
         self.grace = grace
         self.burst = burst
+        self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
         self.heartbeat = heartbeat
@@ -500,13 +503,19 @@ class Worker:
         return len(jobs)
 
     def _drained(self) -> bool:
-        """True when none of the queues has a due ready job or a running one."""
+        """The ``burst`` exit test: no job of the queues is ready and due or running
+        (whoever runs it), and every job this worker's reaper returned has waited out its
+        ``reap_delay`` (until then it is ready but not yet due, and would be left behind)."""
+        if time.monotonic() < self._reaped_due_by:
+            return False
         return all(s.ready == 0 and s.running == 0
                    for name in self.queues for s in self.queue.stats(name))
 
     def _reap(self) -> None:
         n = self.queue.reap(limit=1000, delay=self.reap_delay)
         if n:
+            # they are due reap_delay after the reap's statement, which ran before now
+            self._reaped_due_by = time.monotonic() + self.reap_delay
             self.counters.add("reaped", n)
             log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
                         self.worker_id, n)
@@ -558,6 +567,7 @@ class Worker:
                     wake = not handed_off and free in (1, min(self.batch, self.capacity))
                 if wake:
                     self._wake.set()
+        self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
 
     def _owned(self, job: Job) -> bool:
         with self._lock:
@@ -566,7 +576,7 @@ class Worker:
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread."""
         try:
-            self.handler(job)
+            self._handler.run(job)
         except Permanent as exc:
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
@@ -674,13 +684,13 @@ class Worker:
         while not self._done.wait(self.lease / 3):
             with self._lock:
                 jobs = list(self._inflight.values())
-            for job in jobs:
-                try:
-                    renewed = self.queue.renew(job, lease=self.lease)
-                except Exception as exc:  # noqa: BLE001 - try again next beat
-                    log.warning("job.renew_error job_id=%d worker=%s error=%s",
-                                job.id, self.worker_id, exc)
-                    continue
+            try:  # one statement per tick, whatever the number of jobs
+                results = self.queue.renew_many(jobs, lease=self.lease)
+            except Exception as exc:  # noqa: BLE001 - try again next beat
+                log.warning("job.renew_error job_ids=%s worker=%s error=%s",
+                            ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+                continue
+            for job, renewed in zip(jobs, results, strict=True):
                 if not renewed:
                     with self._lock:
                         lost = self._inflight.pop(job.id, None) is job

@@ -124,3 +124,47 @@ def test_operator_commands_reap_prune_retry_cancel_jobs(engine_url: str, queue: 
 
     (row,) = json.loads(run_portq("stats", *prefix, "--queue", qname, "--json", env=env).stdout)
     assert (row["cancelled"], row["ready"], row["succeeded"]) == (1, 0, 0)
+
+
+ASYNC_HANDLER = '''
+import asyncio, json, os
+async def handle(job):
+    await asyncio.sleep(0.01)
+    with open(os.environ["PORTQ_TEST_OUT"], "a") as f:
+        f.write(json.dumps({"id": job.id, "attempt": job.attempt}) + "\\n")
+    if job.payload == "flaky" and job.attempt == 1:
+        raise RuntimeError("async handler: first attempt fails")
+def gen(job):
+    yield job
+not_callable = 42
+'''
+
+
+def test_worker_runs_an_async_handler_once(engine_url: str, queue: Any, qname: str,
+                                           tmp_path: Path) -> None:
+    """`--handler mod:fn` with an ``async def fn``: awaited on the handler thread's event
+    loop, its effect happens once per attempt, a raise retries; a handler that cannot run
+    is refused with one line before any job is claimed."""
+    (tmp_path / "async_handlers.py").write_text(ASYNC_HANDLER)
+    out = tmp_path / "out.jsonl"
+    env = {"PORTQ_URL": engine_url, "PORTQ_TEST_OUT": str(out)}
+    prefix = ["--prefix", "portqt_"]
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(5)])
+    flaky = queue.enqueue(qname, "flaky")
+    for spec, message in (("async_handlers:gen", "is a generator function"),
+                          ("async_handlers:not_callable", "is not callable")):
+        proc = run_portq("worker", *prefix, "--queue", qname, "--handler", spec, "--burst",
+                         env=env, cwd=tmp_path, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert queue.stats(qname)[0].ready == 6, "a refused worker claimed a job"
+    proc = run_portq("worker", *prefix, "--queue", qname, "--handler", "async_handlers:handle",
+                     "--burst", "--concurrency", "2", "--backoff", "fixed", "--backoff-base",
+                     "0", env=env, cwd=tmp_path)
+    assert "never awaited" not in proc.stderr and "RuntimeWarning" not in proc.stderr
+    calls = [(r["id"], r["attempt"]) for r in map(json.loads, out.read_text().splitlines())]
+    assert sorted(calls) == sorted([(i, 1) for i in ids] + [(flaky, 1), (flaky, 2)])
+    done = {r.id: r.attempts for r in queue.jobs("succeeded", queue=qname)}
+    assert done == {**dict.fromkeys(ids, 1), flaky: 2}
+    summary = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert (summary["succeeded"], summary["retried"]) == (6, 1)

@@ -309,3 +309,22 @@ def test_claim_walks_the_ready_index_without_filesort(backend: MysqlBackend) -> 
     finally:
         with backend.transaction() as cur:
             cur.execute(f"DELETE FROM {job} WHERE queue IN (%s, %s, %s)", queues)
+
+
+@pytest.mark.parametrize("op", ["complete_many", "renew_many"])
+def test_fenced_batch_reaches_each_job_by_its_key(queue: portq.Queue, op: str) -> None:
+    """The locking read of complete_many/renew_many walks the claims and looks each job up
+    by primary key (eq_ref), never another index: a range walk would lock other workers'
+    running rows too (MariaDB picked the lease index for a few running rows)."""
+    qname = f"plan-{uuid.uuid4().hex[:6]}"
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(200)])
+    jobs = queue.claim(qname, "w-plan", limit=5, lease=30)
+    backend = queue.backend
+    assert isinstance(backend, MysqlBackend)
+    lock, _ = backend.steps[op]
+    params = {"claims": backend.claims_json([j.claim for j in jobs if j.claim])}
+    with backend.transaction(commit=False) as cur:
+        backend.execute(cur, "EXPLAIN " + lock, params)
+        plan = [(row[2], row[3], row[5]) for row in cur.fetchall()]
+    assert plan[0][0] == "c" and plan[1] == ("j", "eq_ref", "PRIMARY"), plan
+    assert queue.complete_many(jobs) == [True] * 5

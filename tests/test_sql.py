@@ -9,7 +9,7 @@ from portq.sql import bind, dialects_dir, load_migrations, load_queries, validat
 
 ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
 # engine-specific extras
-OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "complete_many"}
+OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk"}
 
 
 def _available() -> list[str]:

@@ -43,13 +43,14 @@ SAMPLE: dict[str, Any] = {
     "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
-    "extra": 1, "state": "ready",
+    "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
+    "done_ids": 0, "done_generations": 0,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
-                "jobs"}
+                "jobs", "complete_many", "renew_many"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -64,7 +65,15 @@ def _statements(engine: str, prefix: str) -> list[tuple[str, str]]:
     return out
 
 
+# Oracle's RETURNING expr, expr INTO :a, :b is valid (one bind per expression), but
+# sqlglot parses a single INTO target only: the statements are parsed with the first
+# target, and test_oracle_fenced_batches_return_id_and_generation checks the whole clause.
+_ORACLE_INTO_PAIR = ("INTO :done_ids, :done_generations", "INTO :done_ids")
+
+
 def _parse(engine: str, sql: str) -> list[exp.Expression]:
+    if engine == "oracle":
+        sql = sql.replace(*_ORACLE_INTO_PAIR)
     return [e for e in sqlglot.parse(sql, read=ENGINES[engine][0]) if e is not None]
 
 
@@ -107,6 +116,8 @@ def test_same_protocol_as_postgres(engine: str) -> None:
         allowed = set(params.findall(postgres[operation[name]])) | {"ids"}
         if name == "insert_job" and engine == "oracle":
             allowed.add("job_id")       # RETURNING job_id INTO :job_id
+        if name in ("complete_many", "renew_many") and engine == "oracle":
+            allowed |= {"done_ids", "done_generations"}  # RETURNING ... INTO
         used = set(params.findall(re.sub(r"'[^']*'", "", sql)))
         assert used <= allowed, f"{engine} {name} uses {used - allowed}"
 
@@ -234,6 +245,97 @@ def test_oracle_claim_updates_and_reads_back_claim_columns() -> None:
     assert isinstance(update, exp.Update) and "state = 'ready'" in update.sql(dialect="oracle")
     assert [e.name for e in back.expressions] == CLAIM_COLUMNS
     assert "RETURNING job_id INTO :job_id" in load_queries("oracle")["insert_job"]
+
+
+# ---- complete_many / renew_many: one statement per batch, fenced per claim ---------------
+
+_FENCE = [("job_id", "job_id"), ("attempts", "generation"), ("worker_id", "worker_id")]
+
+
+@pytest.mark.parametrize("name", ["complete_many", "renew_many"])
+def test_sqlserver_fenced_batches_join_openjson_and_output_the_claims(name: str) -> None:
+    """UPDATE ... OUTPUT inserted.job_id, inserted.attempts FROM OPENJSON(?) WITH (...) JOIN
+    the job table by a seek on its key, each claim fenced as the single-job statement."""
+    tree = _one("sqlserver", name)
+    assert isinstance(tree, exp.Update)
+    returning = tree.args["returning"]
+    assert [(e.table.lower(), e.name) for e in returning.expressions] == \
+        [("inserted", "job_id"), ("inserted", "attempts")]
+    sql = load_queries("sqlserver")[name]
+    assert re.search(r"FROM OPENJSON\(:claims\)\s+WITH \(job_id BIGINT '\$\.job_id', "
+                     r"generation INT '\$\.generation',\s+worker_id NVARCHAR\(255\) "
+                     r"'\$\.worker_id'\) AS c", sql)
+    join = tree.find(exp.Join)
+    assert join is not None and join.this.name == "portq_job"
+    assert {h.sql(dialect="tsql").upper() for hint in join.this.args.get("hints") or []
+            for h in hint.expressions} == {"FORCESEEK", "ROWLOCK"}
+    on = join.args["on"].sql(dialect="tsql")
+    for column, field in _FENCE:
+        assert f"j.{column} = c.{field}" in on
+    where = tree.args["where"].sql(dialect="tsql")
+    assert "j.state = N'running'" in where and "j.lease_until > SYSUTCDATETIME()" in where
+
+
+@pytest.mark.parametrize("name", ["complete_many", "renew_many"])
+def test_oracle_fenced_batches_return_id_and_generation(name: str) -> None:
+    """UPDATE ... WHERE (job_id, attempts, worker_id) IN (SELECT ... FROM JSON_TABLE(...))
+    RETURNING job_id, attempts INTO two array binds (OracleBackend.fenced_rows)."""
+    sql = load_queries("oracle")[name]
+    assert sql.rstrip().endswith("RETURNING job_id, attempts INTO :done_ids, "
+                                 ":done_generations")
+    tree = _one("oracle", name)
+    assert isinstance(tree, exp.Update)
+    table = tree.find(exp.JSONTable)
+    assert table is not None and table.args["path"].this == "$[*]"
+    columns = {c.this.name: (c.args["kind"].sql(dialect="oracle"), c.args["path"].this)
+               for c in table.args["schema"].expressions}
+    assert columns == {"job_id": ("NUMBER(19)", "$.job_id"),
+                       "generation": ("NUMBER(10)", "$.generation"),
+                       "worker_id": ("VARCHAR2(255 CHAR)", "$.worker_id")}
+    where = tree.args["where"].sql(dialect="oracle")
+    assert "(job_id, attempts, worker_id) IN (SELECT c.job_id, c.generation, c.worker_id" \
+        in where
+    assert "state = 'running'" in where and "lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)" \
+        in where
+
+
+def test_oracle_fenced_batch_binds_claims_as_clob_and_reads_array_binds() -> None:
+    """The claims go in as a CLOB (a VARCHAR bind over 4000 bytes would be LONG); each
+    RETURNING bind is an array variable sized to the batch, read back row by row."""
+    backend = backend_for(parse_url(ORACLE_URL))
+    assert isinstance(backend, OracleBackend)
+
+    class Var:
+        def __init__(self, values: list[int]) -> None:
+            self.values = values
+
+        def getvalue(self) -> list[int]:
+            return self.values
+
+    class Cursor:
+        def __init__(self) -> None:
+            self.sizes: dict[str, Any] = {}
+            self.vars: list[tuple[type, int]] = []
+            self.sent: tuple[str, Any] | None = None
+
+        def var(self, kind: type, arraysize: int) -> Var:
+            self.vars.append((kind, arraysize))
+            return Var([7, 9] if len(self.vars) == 1 else [2, 1])
+
+        def setinputsizes(self, **sizes: Any) -> None:
+            self.sizes.update(sizes)
+
+        def execute(self, sql: str, params: Any) -> None:
+            self.sent = (sql, params)
+
+    cur = Cursor()
+    claims = '[{"job_id": 7}, {"job_id": 8}, {"job_id": 9}]'
+    done = backend.fenced_rows(cur, "complete_many", {"claims": claims})
+    assert done == {(7, 2), (9, 1)}
+    assert cur.sizes == {"claims": oracledb.DB_TYPE_CLOB}
+    assert cur.vars == [(int, 3), (int, 3)]
+    assert cur.sent is not None and cur.sent[1]["claims"] == claims
+    assert "RETURNING job_id, attempts INTO :done_ids, :done_generations" in cur.sent[0]
 
 
 # ---- URLs and connection arguments -------------------------------------------------------

@@ -38,6 +38,20 @@ VALUES (:queue, :payload, :priority,
         :max_attempts, :key, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id);
 
+-- name: insert_jobs_bulk
+-- Many jobs without a key in one multi-row INSERT (MysqlBackend.insert_jobs): the VALUES
+-- row is repeated once per job, its parameters numbered (:queue_0, :queue_1, ...).
+-- MariaDB appends RETURNING job_id; MySQL reads the first id (LAST_INSERT_ID) and the
+-- auto-increment step, which are consecutive per statement in lock modes 0 and 1.
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+VALUES (:queue, :payload, :priority,
+        COALESCE(CAST(:run_at AS DATETIME(6)),
+                 UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
+        :max_attempts, NULL, UTC_TIMESTAMP(6));
+
+-- name: autoinc_settings
+SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment;
+
 -- name: job_id_by_key
 SELECT job_id FROM portq_job WHERE job_key = :key;
 
@@ -73,6 +87,45 @@ UPDATE portq_job
 SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: complete_many
+-- Several completions (MysqlBackend.fenced_rows), two statements whatever their number,
+-- since neither engine has UPDATE ... RETURNING: lock the rows each claim still owns
+-- (:claims is a JSON array of {"job_id", "generation", "worker_id"}, fenced as
+-- `complete`; worker ids compared as bytes), then update exactly those. The row locks
+-- keep every locked claim's ownership until COMMIT, so the ids locked are the claims
+-- completed. STRAIGHT_JOIN and the PRIMARY index make it read the claims first and reach
+-- each job by its key: a walk of another index (MariaDB chose the lease index for a few
+-- running rows) would lock other workers' rows too.
+SELECT j.job_id, j.attempts
+FROM JSON_TABLE(:claims, '$[*]' COLUMNS (
+         job_id BIGINT PATH '$.job_id', generation INT PATH '$.generation',
+         worker_id VARCHAR(255) PATH '$.worker_id')) AS c
+STRAIGHT_JOIN portq_job AS j FORCE INDEX (PRIMARY) ON j.job_id = c.job_id
+WHERE j.attempts = c.generation
+  AND CAST(j.worker_id AS BINARY) = CAST(c.worker_id AS BINARY)
+  AND j.state = 'running' AND j.lease_until > UTC_TIMESTAMP(6)
+FOR UPDATE;
+
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids);
+
+-- name: renew_many
+-- Several renewals (the heartbeat's tick), locked and then updated as complete_many.
+SELECT j.job_id, j.attempts
+FROM JSON_TABLE(:claims, '$[*]' COLUMNS (
+         job_id BIGINT PATH '$.job_id', generation INT PATH '$.generation',
+         worker_id VARCHAR(255) PATH '$.worker_id')) AS c
+STRAIGHT_JOIN portq_job AS j FORCE INDEX (PRIMARY) ON j.job_id = c.job_id
+WHERE j.attempts = c.generation
+  AND CAST(j.worker_id AS BINARY) = CAST(c.worker_id AS BINARY)
+  AND j.state = 'running' AND j.lease_until > UTC_TIMESTAMP(6)
+FOR UPDATE;
+
+UPDATE portq_job
+SET lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
+WHERE job_id IN (:ids);
 
 -- name: fail
 UPDATE portq_job

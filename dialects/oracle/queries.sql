@@ -75,6 +75,34 @@ SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
 
+-- name: complete_many
+-- Several completions in one statement (OracleBackend.fenced_rows). :claims is a JSON
+-- array of {"job_id", "generation", "worker_id"} (bound as a CLOB) read by JSON_TABLE
+-- (12.1.0.2+); each is fenced as `complete`, and the claims completed come back through
+-- the RETURNING ... INTO array binds, one element per updated row.
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE (job_id, attempts, worker_id) IN (
+    SELECT c.job_id, c.generation, c.worker_id
+    FROM JSON_TABLE(:claims, '$[*]' COLUMNS (
+        job_id NUMBER(19) PATH '$.job_id', generation NUMBER(10) PATH '$.generation',
+        worker_id VARCHAR2(255 CHAR) PATH '$.worker_id')) c)
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+RETURNING job_id, attempts INTO :done_ids, :done_generations
+
+-- name: renew_many
+-- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`.
+UPDATE portq_job
+SET lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND')
+WHERE (job_id, attempts, worker_id) IN (
+    SELECT c.job_id, c.generation, c.worker_id
+    FROM JSON_TABLE(:claims, '$[*]' COLUMNS (
+        job_id NUMBER(19) PATH '$.job_id', generation NUMBER(10) PATH '$.generation',
+        worker_id VARCHAR2(255 CHAR) PATH '$.worker_id')) c)
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+RETURNING job_id, attempts INTO :done_ids, :done_generations
+
 -- name: fail
 UPDATE portq_job
 SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,

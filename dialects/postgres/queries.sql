@@ -87,11 +87,22 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > now();
 
 -- name: complete_many
--- Several completions in one statement (PostgresBackend.complete_many). :claims is a JSON
--- array of {"job_id", "generation", "worker_id"}; each is fenced exactly as `complete`,
--- and the rows returned are the claims that were completed.
+-- Several completions in one statement (SqlBackend.fenced_many). :claims is a JSON array
+-- of {"job_id", "generation", "worker_id"}; each is fenced exactly as `complete`, and the
+-- rows returned are the claims that were completed.
 UPDATE portq_job AS j
 SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = now()
+FROM jsonb_to_recordset(CAST(:claims AS jsonb))
+     AS c(job_id bigint, generation integer, worker_id text)
+WHERE j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+  AND j.state = 'running' AND j.lease_until > now()
+RETURNING j.job_id, j.attempts;
+
+-- name: renew_many
+-- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`; the
+-- rows returned are the claims whose lease was extended.
+UPDATE portq_job AS j
+SET lease_until = now() + :lease_ms * interval '1 millisecond'
 FROM jsonb_to_recordset(CAST(:claims AS jsonb))
      AS c(job_id bigint, generation integer, worker_id text)
 WHERE j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id

@@ -56,6 +56,34 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running'
   AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
 
+-- name: complete_many
+-- Several completions in one statement (SqlBackend.fenced_many). :claims is a JSON array
+-- of {"job_id", "generation", "worker_id"}; each is fenced exactly as `complete`, and the
+-- rows returned are the claims that were completed (UPDATE ... FROM needs SQLite 3.33,
+-- RETURNING 3.35).
+UPDATE portq_job
+SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+FROM json_each(:claims) AS c
+WHERE portq_job.job_id = json_extract(c.value, '$.job_id')
+  AND portq_job.attempts = json_extract(c.value, '$.generation')
+  AND portq_job.worker_id = json_extract(c.value, '$.worker_id')
+  AND portq_job.state = 'running'
+  AND portq_job.lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+RETURNING job_id, attempts;
+
+-- name: renew_many
+-- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`.
+UPDATE portq_job
+SET lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000
+FROM json_each(:claims) AS c
+WHERE portq_job.job_id = json_extract(c.value, '$.job_id')
+  AND portq_job.attempts = json_extract(c.value, '$.generation')
+  AND portq_job.worker_id = json_extract(c.value, '$.worker_id')
+  AND portq_job.state = 'running'
+  AND portq_job.lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+RETURNING job_id, attempts;
+
 -- name: fail
 UPDATE portq_job
 SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN 'dead' ELSE 'ready' END,

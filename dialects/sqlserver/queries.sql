@@ -108,6 +108,35 @@ SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SY
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
+-- name: complete_many
+-- Several completions in one statement (SqlBackend.fenced_many). :claims is a JSON array
+-- of {"job_id", "generation", "worker_id"} read by OPENJSON (compatibility level 130+);
+-- each is fenced as `complete`, the job row reached by a seek on its key (FORCESEEK, so
+-- no scan takes update locks on other workers' rows), and OUTPUT names the claims
+-- completed.
+UPDATE j
+SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
+OUTPUT inserted.job_id, inserted.attempts
+FROM OPENJSON(:claims)
+     WITH (job_id BIGINT '$.job_id', generation INT '$.generation',
+           worker_id NVARCHAR(255) '$.worker_id') AS c
+JOIN portq_job AS j WITH (FORCESEEK, ROWLOCK)
+  ON j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+WHERE j.state = N'running' AND j.lease_until > SYSUTCDATETIME();
+
+-- name: renew_many
+-- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`.
+UPDATE j
+SET lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
+OUTPUT inserted.job_id, inserted.attempts
+FROM OPENJSON(:claims)
+     WITH (job_id BIGINT '$.job_id', generation INT '$.generation',
+           worker_id NVARCHAR(255) '$.worker_id') AS c
+JOIN portq_job AS j WITH (FORCESEEK, ROWLOCK)
+  ON j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+WHERE j.state = N'running' AND j.lease_until > SYSUTCDATETIME();
+
 -- name: fail
 UPDATE portq_job
 SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN N'dead' ELSE N'ready' END,

@@ -145,21 +145,43 @@ class SqlBackend(Backend):
         cur.execute(bound.sql, bound.params)
         return cur
 
+    #: True where :meth:`set_autocommit` lets a one-statement operation (``single=True``)
+    #: run as one autocommit round trip instead of BEGIN, statement, COMMIT (psycopg sends
+    #: BEGIN as a round trip of its own). Only for engines whose every ``single`` operation
+    #: is one statement.
+    autocommit_single: ClassVar[bool] = False
+
+    def set_autocommit(self, conn: Any, on: bool) -> None:
+        """Switch a pooled connection's autocommit (only where ``autocommit_single``)."""
+        conn.autocommit = on
+
     @contextmanager
     def transaction(self, write: bool = True, progress: TxProgress | None = None,
-                    commit: bool = True) -> Iterator[Any]:
+                    commit: bool = True, single: bool = False) -> Iterator[Any]:
         """A cursor in one short transaction on a pooled connection; commit or roll back.
         ``progress.committing`` is set once COMMIT is about to be sent. With
-        ``commit=False`` the transaction is always rolled back (plans, measurements)."""
+        ``commit=False`` the transaction is always rolled back (plans, measurements).
+        With ``single`` (the caller runs one statement) and ``autocommit_single``, the
+        statement runs in autocommit mode: it is its own transaction and its own commit,
+        so ``progress.committing`` is set before it is sent (a connection lost during it
+        leaves the outcome unknown, exactly as one lost during COMMIT)."""
         conn = self.pool.acquire()
         broken = False
+        auto = single and commit and self.autocommit_single
         try:
-            self.begin(conn, write)
+            if auto:
+                self.set_autocommit(conn, True)
+                if progress is not None:
+                    progress.committing = True
+            else:
+                self.begin(conn, write)
             cur = conn.cursor()
             try:
                 yield cur
             finally:
                 close_quietly(cur)
+            if auto:
+                return
             if not commit:
                 broken = self._rollback(conn, None)
                 return
@@ -170,6 +192,11 @@ class SqlBackend(Backend):
             broken = self._rollback(conn, exc)
             raise
         finally:
+            if auto and not broken:
+                try:
+                    self.set_autocommit(conn, False)
+                except Exception:  # noqa: BLE001 - unusable: replace it
+                    broken = True
             self.pool.release(conn, broken=broken)
 
     def _rollback(self, conn: Any, exc: BaseException | None) -> bool:
@@ -183,7 +210,7 @@ class SqlBackend(Backend):
         return broken
 
     def run(self, op: str, fn: Callable[[Any], T], *, retry: bool = True,
-            write: bool = True) -> T:
+            write: bool = True, single: bool = False) -> T:
         """Run ``fn(cursor)`` in a transaction, retrying transient conflicts a bounded time
         and, once, a connection that died before COMMIT was sent (see :mod:`portq.pool`)."""
         attempt = 0
@@ -191,7 +218,7 @@ class SqlBackend(Backend):
         while True:
             progress = TxProgress()
             try:
-                with self.transaction(write, progress) as cur:
+                with self.transaction(write, progress, single=single) as cur:
                     return fn(cur)
             except DatabaseError:
                 raise
@@ -330,7 +357,7 @@ class SqlBackend(Backend):
 
     def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
-        rows = self.run("claim", lambda cur: self.claim_rows(cur, params))
+        rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
         return [self.job_from_row(row, worker_id) for row in rows]
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
@@ -361,17 +388,43 @@ class SqlBackend(Backend):
                 "worker_id": claim.worker_id}
 
     def _guarded(self, op: str, params: dict[str, Any]) -> bool:
-        return bool(self.run(op, lambda cur: self.execute(cur, op, params).rowcount == 1))
+        return bool(self.run(op, lambda cur: self.execute(cur, op, params).rowcount == 1,
+                             single=True))
 
     def renew(self, claim: Claim, lease_ms: int) -> bool:
-        return self._guarded("renew", {**self.guard(claim), "lease_ms": lease_ms})
+        return self.renew_many([claim], lease_ms)[0]
+
+    def renew_many(self, claims: Sequence[Claim], lease_ms: int) -> list[bool]:
+        return self.fenced_many("renew_many", claims, {"lease_ms": lease_ms})
 
     def complete(self, claim: Claim) -> bool:
         return self.complete_many([claim])[0]
 
     def complete_many(self, claims: Sequence[Claim]) -> list[bool]:
-        return self.run("complete", lambda cur: [
-            self.execute(cur, "complete", self.guard(c)).rowcount == 1 for c in claims])
+        return self.fenced_many("complete_many", claims, {})
+
+    @staticmethod
+    def claims_json(claims: Sequence[Claim]) -> str:
+        """The claims as the JSON array the ``*_many`` statements read:
+        ``[{"job_id", "generation", "worker_id"}, ...]``."""
+        return json.dumps([SqlBackend.guard(c) for c in claims])
+
+    def fenced_many(self, op: str, claims: Sequence[Claim], params: dict[str, Any]
+                    ) -> list[bool]:
+        """Run the fenced batch statement ``op`` (``complete_many``, ``renew_many``) for
+        ``claims`` in one transaction, whatever their number; one result per claim: did it
+        still own its job (and so was it written)?"""
+        if not claims:
+            return []
+        params = {**params, "claims": self.claims_json(claims)}
+        done = self.run(op, lambda cur: self.fenced_rows(cur, op, params), single=True)
+        return [(c.job_id, c.generation) in done for c in claims]
+
+    def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
+        """Run ``op`` in the open transaction; the ``(job_id, generation)`` of every row it
+        wrote. Default: one statement returning those two columns (RETURNING / OUTPUT)."""
+        return {(int(job_id), int(gen))
+                for job_id, gen in self.execute(cur, op, params).fetchall()}
 
     def release(self, claim: Claim) -> bool:
         return self._guarded("release", self.guard(claim))
@@ -396,7 +449,7 @@ class SqlBackend(Backend):
 
     def reap(self, limit: int, delay_ms: int) -> int:
         params = {"limit": limit, "delay_ms": delay_ms}
-        return self.run("reap", lambda cur: self.reap_rows(cur, params))
+        return self.run("reap", lambda cur: self.reap_rows(cur, params), single=True)
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         return int(self.execute(cur, "reap", params).rowcount)
@@ -405,7 +458,7 @@ class SqlBackend(Backend):
               queue: str | None = None) -> int:
         params = {"older_than_ms": older_than_ms, "limit": limit, "states": tuple(states),
                   "queue": queue or ALL_QUEUES}
-        return self.run("prune", lambda cur: self.prune_rows(cur, params))
+        return self.run("prune", lambda cur: self.prune_rows(cur, params), single=True)
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
         return int(self.execute(cur, "prune", params).rowcount)
@@ -413,11 +466,12 @@ class SqlBackend(Backend):
     def retry_dead(self, job_id: int, extra_attempts: int) -> bool:
         params = {"job_id": job_id, "extra": extra_attempts}
         return bool(self.run("retry_dead",
-                             lambda cur: self.execute(cur, "retry_dead", params).rowcount == 1))
+                             lambda cur: self.execute(cur, "retry_dead", params).rowcount == 1,
+                             single=True))
 
     def cancel(self, job_id: int) -> bool:
         return bool(self.run("cancel", lambda cur: self.execute(
-            cur, "cancel", {"job_id": job_id}).rowcount == 1))
+            cur, "cancel", {"job_id": job_id}).rowcount == 1, single=True))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         rows = self.run("stats", lambda cur: self.execute(

@@ -9,6 +9,7 @@ the existing id, without aborting the caller's transaction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +19,8 @@ from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
-from portq.sql import split_statements
+from portq.protocol import NewJob
+from portq.sql import bind, split_statements
 from portq.url import DatabaseURL, connect_kwargs
 
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
@@ -33,6 +35,9 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
         1927, 4031,                     # connection killed (MariaDB), idle disconnect (MySQL)
     }),
 }
+#: most jobs in one multi-row INSERT (each row binds 7 values, escaped by the client)
+BULK_ROWS = 1000
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 # URL query options passed to pymysql.connect, converted to the type it expects.
 _INT_OPTIONS = {"connect_timeout", "read_timeout", "write_timeout", "max_allowed_packet"}
 _BOOL_OPTIONS = {"ssl_verify_cert", "ssl_verify_identity", "ssl_disabled"}
@@ -58,6 +63,11 @@ class MysqlBackend(SqlBackend):
         super().__init__(url, **kw)
         # multi-statement operations (see queries.sql): name -> statements, in order
         self.steps = {name: split_statements(sql) for name, sql in self.queries.items()}
+        # insert_jobs_bulk as (INSERT head, one VALUES row with %s placeholders, the
+        # parameter names in placeholder order): rows are repeated and bound positionally
+        head, row = self.queries["insert_jobs_bulk"].rstrip().rstrip(";").split("VALUES", 1)
+        one = bind(row, {name: name for name in _NAMED.findall(row)}, "qmark")
+        self._bulk_row = (head, one.sql.strip().replace("?", "%s"), list(one.params))
 
     def connect(self) -> Any:
         return self.set_up_session(pymysql.connect(**self.connect_options),
@@ -87,6 +97,51 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """Runs of jobs without a key go in one multi-row INSERT each (up to
+        ``BULK_ROWS``); a keyed job is one ``INSERT ... ON DUPLICATE KEY UPDATE``, whose
+        id is the new or the existing one. Ids come back in the order given."""
+        ids: list[int] = []
+        start = 0
+        while start < len(jobs):
+            end = start
+            while end < len(jobs) and jobs[end].key is None and end - start < BULK_ROWS:
+                end += 1
+            if end - start >= 2:
+                ids += self._insert_unkeyed(cur, jobs[start:end])
+            else:
+                end = start + 1
+                ids += super().insert_jobs(cur, jobs[start:end])
+            start = end
+        return ids
+
+    def _insert_unkeyed(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+        """One INSERT of ``jobs`` (none has a key); their ids, in order. Auto-increment
+        values are assigned row by row as a statement inserts, so they ascend in VALUES
+        order: MariaDB returns them (RETURNING), MySQL has the first and the step."""
+        head, row, order = self._bulk_row
+        values: list[Any] = []
+        for job in jobs:
+            params = self.job_params(job)
+            values += [params[name] for name in order]
+        sql = f"{head}VALUES {', '.join([row] * len(jobs))}"
+        if self.is_mariadb(cur):
+            cur.execute(sql + " RETURNING job_id", values)
+            ids = sorted(int(r[0]) for r in cur.fetchall())
+        else:
+            mode, step = self.execute(cur, "autoinc_settings").fetchone()
+            if int(mode) not in (0, 1):  # interleaved: one statement's ids may have gaps
+                return super().insert_jobs(cur, jobs)
+            cur.execute(sql, values)
+            ids = [int(cur.lastrowid) + i * int(step) for i in range(len(jobs))]
+        if len(ids) != len(jobs):
+            raise DatabaseError(f"inserted {len(jobs)} jobs but got {len(ids)} ids back")
+        return ids
+
+    def is_mariadb(self, cur: Any) -> bool:
+        """True when the connection of ``cur`` talks to MariaDB (not MySQL)."""
+        return "mariadb" in str(cur.connection.get_server_info()).lower()
+
     def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
         # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id
         # of the inserted row or of the existing one (read under its row lock).
@@ -100,6 +155,16 @@ class MysqlBackend(SqlBackend):
             return []
         self.execute(cur, update, {**params, "ids": ids})
         return list(self.execute(cur, read, {"ids": ids}).fetchall())
+
+    def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
+        """Two statements for any number of claims (no UPDATE ... RETURNING here): lock the
+        rows the claims still own, then update exactly those while the locks hold."""
+        lock, update = self.steps[op]
+        owned = {(int(job_id), int(gen))
+                 for job_id, gen in self.execute(cur, lock, params).fetchall()}
+        if owned:
+            self.execute(cur, update, {**params, "ids": tuple(sorted(i for i, _ in owned))})
+        return owned
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         lock, update = self.steps["reap"]

@@ -13,6 +13,7 @@ tolerates objects that already exist. CLOBs are fetched as ``str`` on portq's co
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -166,6 +167,17 @@ class OracleBackend(SqlBackend):
         for chunk in _chunks(ids):
             rows.extend(self.execute(cur, "claimed", {**params, "ids": chunk}).fetchall())
         return rows
+
+    def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
+        """One statement: the claims go in as a CLOB (a VARCHAR bind over 4000 bytes would
+        be sent as LONG), the rows written come back through RETURNING ... INTO array
+        binds (one element per updated row)."""
+        size = len(json.loads(params["claims"]))
+        ids, gens = cur.var(int, arraysize=size), cur.var(int, arraysize=size)
+        cur.setinputsizes(claims=oracledb.DB_TYPE_CLOB)
+        self.execute(cur, op, {**params, "done_ids": ids, "done_generations": gens})
+        return {(int(i), int(g)) for i, g in zip(ids.getvalue() or [], gens.getvalue() or [],
+                                                  strict=True)}
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         ids = self.lock_ids(cur, "reap_lock", params, int(params["limit"]))

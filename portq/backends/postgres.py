@@ -13,7 +13,6 @@ import psycopg
 from psycopg import sql as pgsql
 
 from portq.backends.base import ErrorKind, SqlBackend
-from portq.job import Claim
 from portq.pool import close_quietly
 from portq.protocol import NewJob
 
@@ -33,6 +32,7 @@ class PostgresBackend(SqlBackend):
     paramstyle = "pyformat"
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
+    autocommit_single = True  # every single=True operation here is one statement
 
     def connect(self) -> Any:
         return psycopg.connect(autocommit=False, **self.connect_kwargs())
@@ -77,17 +77,6 @@ class PostgresBackend(SqlBackend):
             ids.append(self.job_id_of_key(cur, job.key) if existing is None else existing)
         self.announce(cur, sorted({job.queue for job in jobs}))
         return ids
-
-    def complete_many(self, claims: Sequence[Claim]) -> list[bool]:
-        """All completions in one UPDATE ... FROM jsonb_to_recordset statement (one round
-        trip), each fenced as :meth:`complete`."""
-        if len(claims) < 2:
-            return super().complete_many(claims)
-        text = json.dumps([self.guard(c) for c in claims])
-        done = self.run("complete", lambda cur: {
-            (int(job_id), int(generation)) for job_id, generation
-            in self.execute(cur, "complete_many", {"claims": text}).fetchall()})
-        return [(c.job_id, c.generation) in done for c in claims]
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:

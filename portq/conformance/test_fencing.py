@@ -80,3 +80,46 @@ def test_complete_many_fences_each_claim(queue: portq.Queue, qname: str) -> None
     assert queue.complete_many([]) == []
     got = counts(queue, qname)
     assert (got["succeeded"], got["cancelled"], got["running"]) == (2, 1, 0)
+
+
+def test_renew_many_fences_each_claim(queue: portq.Queue, qname: str) -> None:
+    """One heartbeat tick renews the owned jobs' leases and refuses, per job, a cancelled
+    one, a reclaimed one's stale generation and a forged worker."""
+    queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 5} for i in range(4)])
+    a, b, c, d = sorted(queue.claim(qname, "worker-a", limit=4, lease=0.6),
+                        key=lambda j: j.id)
+    assert queue.cancel(b.id)
+    assert a.claim is not None
+    forged = Claim(a.id, a.claim.generation, "worker-z", a.claim.lease_until)
+    assert queue.renew_many([forged, c], lease=30) == [False, True]
+    assert queue.renew_many([a, b, c], lease=30) == [True, False, True]
+    _expire(0.6)  # d was not renewed: its lease ran out, the reaper hands it on
+    assert queue.reap(limit=100, delay=0) >= 1
+    (d2,) = queue.claim(qname, "worker-b", limit=1, lease=30)
+    assert d2.id == d.id and d2.attempt == d.attempt + 1
+    assert queue.renew_many([d, a, d2], lease=30) == [False, True, True]
+    assert queue.renew_many([]) == []
+    # a and c kept their jobs through the renewal: the complete is theirs
+    assert queue.complete_many([a, c, d, d2]) == [True, True, False, True]
+    got = counts(queue, qname)
+    assert (got["succeeded"], got["cancelled"], got["running"]) == (3, 1, 0)
+
+
+def test_complete_many_mixed_owned_and_lost(queue: portq.Queue, qname: str) -> None:
+    """A batch mixing owned claims with an expired lease, a reclaimed job's old
+    generation and a forged worker completes exactly the owned ones, in one call."""
+    queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 5} for i in range(3)])
+    short = queue.claim(qname, "worker-a", limit=1, lease=0.3)
+    owned = sorted(queue.claim(qname, "worker-a", limit=2, lease=30), key=lambda j: j.id)
+    _expire(0.3)
+    (x,) = short
+    expired_before_reclaim = queue.complete_many([x, *owned[:1]])
+    assert expired_before_reclaim == [False, True]
+    assert queue.reap(limit=100, delay=0) >= 1
+    (x2,) = queue.claim(qname, "worker-b", limit=1, lease=30)
+    assert x2.id == x.id and x2.claim is not None
+    forged = Claim(x2.id, x2.claim.generation, "worker-a", x2.claim.lease_until)
+    assert queue.complete_many([x, forged, owned[1]]) == [False, False, True]
+    assert queue.complete_many([x, x2]) == [False, True]
+    got = counts(queue, qname)
+    assert (got["succeeded"], got["running"], got["ready"]) == (3, 0, 0)

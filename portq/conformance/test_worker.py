@@ -256,6 +256,39 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
         assert summary["reaped"] >= 4
 
 
+def test_burst_after_a_crash_finishes_every_job_before_it_exits(
+        queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
+    """``--burst`` started right after a SIGKILL, with the default ``--reap-delay`` (1 s):
+    it waits for the killed worker's jobs while their leases run, reaps them (they come
+    back ready one reap delay later), runs them, and only then exits 0. A job scheduled an
+    hour ahead is not waited for."""
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(8)])
+    later = queue.enqueue(qname, "in an hour", delay=3600)
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        victim = worker_process(engine_url, qname, "block", record, log,
+                                "--concurrency", "4", "--lease", "2")
+        procs.append(victim)
+        wait_for_records(record, 4, victim, log)
+        os.kill(victim.pid, signal.SIGKILL)
+        assert victim.wait(10) == -signal.SIGKILL
+    burst_log = tmp_path / "burst.log"
+    with processes() as procs:
+        burst = worker_process(engine_url, qname, "record", tmp_path / "burst.jsonl",
+                               burst_log, "--burst", "--reap-interval", "0.5",
+                               "--idle-max", "0.2", "--lease", "30")
+        procs.append(burst)
+        assert burst.wait(90) == 0, burst_log.read_text()[-3000:]
+    c = counts(queue, qname)
+    assert (c["succeeded"], c["ready"], c["running"], c["scheduled"]) == (8, 0, 0, 1), c
+    assert {r.id for r in queue.jobs("succeeded", queue=qname)} == set(ids)
+    assert [r.id for r in queue.jobs("ready", queue=qname)] == [later]
+    summary = json.loads(burst_log.read_text().strip().splitlines()[-1])
+    assert summary["succeeded"] == 8
+    if queue.backend.engine == "sqlite":  # on shared servers another run may reap first
+        assert summary["reaped"] >= 4
+
+
 def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_url: str,
                                                      qname: str, tmp_path: Path) -> None:
     ids = queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1}

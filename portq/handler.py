@@ -1,0 +1,115 @@
+"""How both workers call a handler, whichever kind it is.
+
+A handler is a plain function (``def``) or an async one (``async def``; also a callable
+object whose ``__call__`` is async), taking a :class:`portq.Job`. Its kind is decided once,
+when the worker is made, so that a handler that cannot run is refused before any job is
+claimed. The sync :class:`portq.Worker` runs an async handler on an event loop owned by
+the handler thread (an :class:`asyncio.Runner`, kept for the thread's next jobs); the
+:class:`portq.aio.AsyncWorker` runs a plain handler on a thread of its own, so that it
+neither blocks the event loop nor takes the threads portq's own calls run on. A plain
+function that returns an awaitable (a decorator that forgot to be async) has it awaited
+on either worker, so its work is never skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from portq.errors import ConfigurationError
+from portq.job import Job
+
+
+class HandlerRunner:
+    """Calls ``handler`` from either worker; raises :class:`ConfigurationError` for an
+    object that cannot be a handler (not callable, or a generator function, whose body a
+    call would never run)."""
+
+    def __init__(self, handler: Callable[[Job], Any]) -> None:
+        name = getattr(handler, "__qualname__", None) or repr(handler)
+        if not callable(handler):
+            raise ConfigurationError(f"handler {name} is not callable: pass a function "
+                                     f"(def or async def) taking a portq.Job")
+        call = getattr(handler, "__call__", None)  # noqa: B004 - async __call__ too
+        for kind, test in (("an async generator", inspect.isasyncgenfunction),
+                           ("a generator", inspect.isgeneratorfunction)):
+            if test(handler) or test(call):
+                raise ConfigurationError(
+                    f"handler {name} is {kind} function: calling it would not run its "
+                    f"body; use def or async def without yield")
+        self.handler = handler
+        #: True for ``async def`` handlers (and objects with an async ``__call__``)
+        self.is_async = inspect.iscoroutinefunction(handler) or \
+            inspect.iscoroutinefunction(call)
+        self._local = threading.local()
+
+    # ---- from a thread (portq.Worker) ---------------------------------------------------
+
+    def run(self, job: Job) -> Any:
+        """Run the handler to its end on this thread (on this thread's event loop when it
+        is async or returns an awaitable); return its result or raise what it raised."""
+        result = self.handler(job)
+        if inspect.isawaitable(result):
+            return self._runner().run(_awaited(result))
+        return result
+
+    def _runner(self) -> asyncio.Runner:
+        runner: asyncio.Runner | None = getattr(self._local, "runner", None)
+        if runner is None:
+            runner = self._local.runner = asyncio.Runner()
+        return runner
+
+    def close_thread(self) -> None:
+        """Close this thread's event loop, if it has one (its handler thread ends)."""
+        runner: asyncio.Runner | None = getattr(self._local, "runner", None)
+        if runner is not None:
+            self._local.runner = None
+            runner.close()
+
+    # ---- from an event loop (portq.aio.AsyncWorker) -------------------------------------
+
+    async def run_async(self, job: Job) -> Any:
+        """Await the handler; a plain one runs on a new daemon thread meanwhile."""
+        result = self.handler(job) if self.is_async else await _on_thread(self.handler, job)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _on_thread(fn: Callable[[Job], Any], job: Job) -> Any:
+    """``fn(job)`` on a daemon thread of its own (with this task's context variables).
+    Not ``asyncio.to_thread``: its pool is shared with portq's own calls on engines
+    without an async driver (heartbeats included), and its threads block interpreter exit
+    while a handler abandoned at shutdown still runs."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(error: BaseException | None, result: Any) -> None:
+        if done.done():  # the awaiting task was cancelled (shutdown after the grace)
+            return
+        if error is None:
+            done.set_result(result)
+        else:
+            done.set_exception(error)
+
+    def target() -> None:
+        try:
+            outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome = (exc, None)
+        # RuntimeError: the loop closed meanwhile, so nobody awaits this any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=target, name=f"portq-handler-{job.id}", daemon=True).start()
+    return await done
