@@ -269,9 +269,13 @@ class AsyncQueue:
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         return await asyncio.to_thread(self.queue.stats, queue)
 
-    async def jobs(self, state: str, *, queue: str | None = None,
-                   limit: int = 100) -> list[JobRecord]:
-        return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit)
+    async def jobs(self, state: str | None = None, *, queue: str | None = None,
+                   limit: int = 100, after_id: int = 0) -> list[JobRecord]:
+        return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit,
+                                       after_id=after_id)
+
+    async def job(self, job_id: int) -> JobRecord | None:
+        return await asyncio.to_thread(self.queue.job, job_id)
 
     async def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
         return await asyncio.to_thread(self.queue.reap, limit=limit, delay=delay)

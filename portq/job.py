@@ -45,9 +45,14 @@ class Job:
     claim: Claim | None = field(default=None, repr=False, compare=False)
 
 
+ACTIVE_STATES = (State.READY, State.RUNNING)
+#: ``state`` value of :meth:`portq.Queue.jobs` for every state
+ALL_STATES = "all"
+
+
 @dataclass(frozen=True)
 class JobRecord:
-    """A job row as an operator sees it (``portq jobs``)."""
+    """A whole job row as an operator sees it (``portq jobs``, ``portq job``)."""
 
     id: int
     queue: str
@@ -63,6 +68,36 @@ class JobRecord:
     last_error: str | None
     created_at: datetime | None
     finished_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO 8601 strings."""
+        return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What an enqueue did: ``created`` is False when the job's key already named a job,
+    whose id ``id`` then is (nothing was inserted)."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class JobError:
+    """One failed attempt of a job, as recorded when it failed."""
+
+    attempt: int
+    worker_id: str
+    error: str
+    failed_at: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
+
+
+def _json_value(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 @dataclass(frozen=True)

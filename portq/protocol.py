@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
 from portq.url import DatabaseURL
 
 
@@ -43,12 +43,17 @@ class Backend(ABC):
     def schema_version(self) -> int:
         """The recorded schema version (0 when the schema does not exist)."""
 
-    @abstractmethod
     def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+        """The ids of :meth:`enqueue_results`, one per job."""
+        return [result.id for result in self.enqueue_results(jobs, conn)]
+
+    @abstractmethod
+    def enqueue_results(self, jobs: Sequence[NewJob],
+                        conn: Any | None = None) -> list[EnqueueResult]:
         """Insert jobs; with ``conn``, inside the caller's open transaction, never committing.
 
-        A job whose ``key`` already exists is not inserted again; its existing id is
-        returned, and the caller's transaction stays usable.
+        A job whose ``key`` already exists is not inserted again: its result holds the
+        existing id and ``created=False``, and the caller's transaction stays usable.
         """
 
     @abstractmethod
@@ -100,12 +105,34 @@ class Backend(ABC):
         """Cancel a ready or running job (a running job's owner then fails its fencing)."""
 
     @abstractmethod
+    def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
+                   extra_attempts: int) -> int:
+        """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (dead, cancelled), oldest id first, skipping locked rows; returns how many."""
+
+    @abstractmethod
+    def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
+        """:meth:`cancel` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (ready, running), oldest id first, skipping locked rows; returns how many."""
+
+    @abstractmethod
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Per-queue counts and the oldest ready job's age, by the database clock."""
 
     @abstractmethod
-    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
-        """List jobs in one state, oldest first."""
+    def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
+             after_id: int = 0) -> list[JobRecord]:
+        """Up to ``limit`` jobs with ids above ``after_id``, in id order, of one state (None:
+        every state) and one queue (None: every queue). ``after_id`` = the last id of the
+        previous page pages through a large table by key."""
+
+    @abstractmethod
+    def job(self, job_id: int) -> JobRecord | None:
+        """The whole row of one job; None when no job has that id."""
+
+    @abstractmethod
+    def error_history(self, job_id: int) -> list[JobError]:
+        """Every recorded failed attempt of a job, in attempt order."""
 
     @abstractmethod
     def close(self) -> None:

@@ -13,7 +13,17 @@ from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import SqlBackend
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError
-from portq.job import Claim, Job, JobRecord, QueueStats, State
+from portq.job import (
+    ACTIVE_STATES,
+    ALL_STATES,
+    Claim,
+    EnqueueResult,
+    Job,
+    JobError,
+    JobRecord,
+    QueueStats,
+    State,
+)
 from portq.protocol import NewJob
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.url import parse_url
@@ -129,9 +139,19 @@ class Queue:
         ``Connection``/``Session``), the row is written in the caller's open transaction
         and becomes visible only if the caller commits. Without it, portq commits.
         """
+        return self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
+                                   delay=delay, max_attempts=max_attempts, key=key,
+                                   conn=conn).id
+
+    def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
+                       run_at: datetime | None = None, delay: float | None = None,
+                       max_attempts: int | None = None, key: str | None = None,
+                       conn: Any = None) -> EnqueueResult:
+        """:meth:`enqueue`, saying also whether a job was created (False: ``key`` already
+        named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
                            max_attempts=max_attempts, key=key)
-        return self.backend.enqueue([job], conn=self._dbapi(conn))[0]
+        return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's); each mapping holds
@@ -282,24 +302,63 @@ class Queue:
         """Cancel a ready or running job; False if it was not ready or running."""
         return self.backend.cancel(positive_int(job_id, "job_id"))
 
+    def retry_many(self, queue: str | None, *, states: Sequence[str] = (State.DEAD,),
+                   limit: int = 1000, extra_attempts: int = 1) -> int:
+        """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (dead, cancelled); returns how many were made ready."""
+        return self.backend.retry_many(
+            _queue_or_none(queue), _states(states, (State.DEAD, State.CANCELLED), "retry"),
+            positive_int(limit, "limit"), positive_int(extra_attempts, "extra_attempts"))
+
+    def cancel_many(self, queue: str | None, *, states: Sequence[str] = (State.READY,),
+                    limit: int = 1000) -> int:
+        """:meth:`cancel` for up to ``limit`` jobs of ``queue`` (None: every queue) in
+        ``states`` (ready, running); returns how many were cancelled."""
+        return self.backend.cancel_many(
+            _queue_or_none(queue), _states(states, ACTIVE_STATES, "cancel"),
+            positive_int(limit, "limit"))
+
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Per-queue counts, oldest-ready age and retry rate."""
-        if queue is not None:
-            validate_queue(queue)
-        return self.backend.stats(queue)
+        return self.backend.stats(_queue_or_none(queue))
 
-    def jobs(self, state: str, *, queue: str | None = None, limit: int = 100) -> list[JobRecord]:
-        """List jobs in one state (e.g. ``dead``), oldest first."""
-        if state not in {s.value for s in State}:
-            raise ConfigurationError(f"unknown state {state!r}; one of "
-                                     f"{', '.join(s.value for s in State)}")
-        if queue is not None:
-            validate_queue(queue)
-        return self.backend.jobs(state, queue, positive_int(limit, "limit"))
+    def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
+             after_id: int = 0) -> list[JobRecord]:
+        """Up to ``limit`` jobs in id order: of one state (None or ``"all"``: every state),
+        one queue (None: every queue), with ids above ``after_id`` (to page by key)."""
+        if state == ALL_STATES:
+            state = None
+        if state is not None:
+            _states([state], tuple(State), "list")
+        if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
+            raise ConfigurationError(f"after_id must be an integer >= 0, got {after_id!r}")
+        return self.backend.jobs(state, _queue_or_none(queue), positive_int(limit, "limit"),
+                                 after_id)
+
+    def job(self, job_id: int) -> JobRecord | None:
+        """The whole row of one job; None when no job has that id."""
+        return self.backend.job(positive_int(job_id, "job_id"))
+
+    def error_history(self, job_id: int) -> list[JobError]:
+        """Every recorded failed attempt of a job (attempt, worker, error, failed_at)."""
+        return self.backend.error_history(positive_int(job_id, "job_id"))
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""
         return self.backend.job_errors(positive_int(job_id, "job_id"))
+
+
+def _queue_or_none(queue: str | None) -> str | None:
+    return None if queue is None else validate_queue(queue)
+
+
+def _states(states: Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
+    """``states`` as plain strings, or a ConfigurationError naming the ones ``what`` takes."""
+    names = [str(s) for s in allowed]
+    if not states or any(s not in names for s in states):
+        raise ConfigurationError(f"can only {what} jobs in states {', '.join(names)}; "
+                                 f"got {', '.join(map(str, states)) or 'none'}")
+    return [str(s) for s in states]
 
 
 def _storable_text(text: str) -> bool:

@@ -114,3 +114,18 @@ def test_sqlalchemy_url_forms_parse_in_both(url: str, engine: str) -> None:
     assert (ours.host, ours.port, ours.username, ours.database or None) == \
         (sa_url.host, sa_url.port, sa_url.username, sa_url.database or None)
     assert "s3cret" not in repr(ours) and "s3cret" not in ours.redacted()
+
+
+def test_enqueue_result_through_a_session_tells_new_from_existing(
+        queue: portq.Queue, qname: str, sa_engine: Any) -> None:
+    """SQLAlchemy's MySQL connections count an unchanged upserted row as affected
+    (CLIENT.FOUND_ROWS): the result must still say the key's job existed."""
+    with orm.Session(sa_engine) as session:
+        first = queue.enqueue_result(qname, 1, key=f"{qname}-k", conn=session)
+        again = queue.enqueue_result(qname, 2, key=f"{qname}-k", conn=session)
+        session.commit()
+    assert first.created and not again.created and again.id == first.id
+    with orm.Session(sa_engine) as session:
+        later = queue.enqueue_result(qname, 3, key=f"{qname}-k", conn=session)
+        session.commit()
+    assert (later.id, later.created) == (first.id, False)

@@ -44,13 +44,13 @@ SAMPLE: dict[str, Any] = {
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
-    "done_ids": 0, "done_generations": 0,
+    "done_ids": 0, "done_generations": 0, "after_id": 0,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
-                "jobs", "complete_many", "renew_many"}
+                "jobs", "job", "retry_many", "cancel_many", "complete_many", "renew_many"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -109,7 +109,8 @@ def test_same_protocol_as_postgres(engine: str) -> None:
     assert set(mine) >= BASE_QUERIES
     # an engine's extra statements get the parameters of the operation they belong to
     operation = {name: name for name in BASE_QUERIES} | {
-        "claim_lock": "claim", "claimed": "claim", "reap_lock": "reap", "prune_lock": "prune"}
+        "claim_lock": "claim", "claimed": "claim", "reap_lock": "reap", "prune_lock": "prune",
+        "retry_many_lock": "retry_many", "cancel_many_lock": "cancel_many"}
     for name, sql in mine.items():
         if name not in operation:
             continue
@@ -144,7 +145,7 @@ def _hints(select: exp.Select) -> set[str]:
             for h in hint.expressions}
 
 
-@pytest.mark.parametrize("name", ["claim", "reap", "prune"])
+@pytest.mark.parametrize("name", ["claim", "reap", "prune", "retry_many", "cancel_many"])
 def test_sqlserver_locking_reads_skip_locked_rows(name: str) -> None:
     tree = _one("sqlserver", name)
     assert isinstance(tree, exp.Update if name != "prune" else exp.Delete)
@@ -201,7 +202,8 @@ def test_sqlserver_migration_lock_is_transaction_owned() -> None:
     assert re.search(r"sp_getapplock .*@LockOwner = 'Transaction'", sql, re.S)
 
 
-@pytest.mark.parametrize("name", ["claim_lock", "reap_lock", "prune_lock"])
+@pytest.mark.parametrize("name", ["claim_lock", "reap_lock", "prune_lock", "retry_many_lock",
+                                  "cancel_many_lock"])
 def test_oracle_locking_reads_have_no_row_limit(name: str) -> None:
     sql = load_queries("oracle")[name]
     tree = _one("oracle", name)

@@ -143,7 +143,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, UTC_TIMESTAMP(6));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -211,6 +212,39 @@ SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
        created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+       created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): lock one bounded batch,
+-- then update it.
+-- name: retry_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);
+
+-- name: cancel_many
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+WHERE job_id IN (:ids) AND state IN (:states);

@@ -122,7 +122,8 @@ VALUES (:job_id, :generation, :worker_id, COALESCE(:error, '(no message)'),
         SYS_EXTRACT_UTC(SYSTIMESTAMP))
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt
 
 -- name: release
 UPDATE portq_job
@@ -194,6 +195,39 @@ GROUP BY queue
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 FETCH FIRST :limit ROWS ONLY
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): lock one bounded batch
+-- of ids with a cursor (the backend fetches at most :limit), then update them.
+-- name: retry_many_lock
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+FOR UPDATE SKIP LOCKED
+
+-- name: retry_many
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id IN (:ids) AND state IN (:states)
+
+-- name: cancel_many_lock
+SELECT job_id FROM portq_job
+WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+ORDER BY job_id
+FOR UPDATE SKIP LOCKED
+
+-- name: cancel_many
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id IN (:ids) AND state IN (:states)

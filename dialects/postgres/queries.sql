@@ -124,7 +124,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error)
 VALUES (:job_id, :generation, :worker_id, :error);
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -192,6 +193,39 @@ GROUP BY queue;
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each,
+-- skipping rows a worker holds locked at this moment.
+-- name: retry_many
+UPDATE portq_job AS j
+SET state = 'ready', max_attempts = j.attempts + :extra, finished_at = NULL, run_at = now()
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- name: cancel_many
+UPDATE portq_job AS j
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+FROM (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE j.job_id = c.job_id AND j.state IN (:states);

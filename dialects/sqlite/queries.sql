@@ -102,7 +102,8 @@ VALUES (:job_id, :generation, :worker_id, :error,
         CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -170,6 +171,34 @@ GROUP BY queue;
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = '*' OR queue = :queue)
+WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id
 LIMIT :limit;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
+       worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
+-- name: retry_many
+UPDATE portq_job
+SET state = 'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);
+
+-- name: cancel_many
+UPDATE portq_job
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id IN (
+    SELECT job_id FROM portq_job
+    WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
+    ORDER BY job_id
+    LIMIT :limit);

@@ -155,7 +155,8 @@ INSERT INTO portq_job_error (job_id, attempt, worker_id, error, failed_at)
 VALUES (:job_id, :generation, :worker_id, :error, SYSUTCDATETIME());
 
 -- name: job_errors
-SELECT attempt, worker_id, error FROM portq_job_error WHERE job_id = :job_id ORDER BY attempt;
+SELECT attempt, worker_id, error, failed_at FROM portq_job_error
+WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
@@ -228,5 +229,35 @@ GROUP BY queue;
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
        run_at, worker_id, lease_until, last_error, created_at, finished_at
 FROM portq_job
-WHERE state = :state AND (:queue = N'*' OR queue = :queue)
+WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
+  AND job_id > :after_id
 ORDER BY job_id;
+
+-- name: job
+SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
+       run_at, worker_id, lease_until, last_error, created_at, finished_at
+FROM portq_job
+WHERE job_id = :job_id;
+
+-- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
+-- name: retry_many
+WITH c AS (
+    SELECT TOP (:limit) state, max_attempts, attempts, finished_at, run_at
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+    ORDER BY job_id
+)
+UPDATE c
+SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
+    run_at = SYSUTCDATETIME();
+
+-- name: cancel_many
+WITH c AS (
+    SELECT TOP (:limit) state, worker_id, lease_until, finished_at
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
+    ORDER BY job_id
+)
+UPDATE c
+SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
+    finished_at = SYSUTCDATETIME();

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import ConnectionLost, DatabaseError, SchemaError
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import Claim, EnqueueResult, Job, JobError, JobRecord, QueueStats
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -29,7 +29,7 @@ from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
-ALL_QUEUES = "*"  # bound instead of NULL for "every queue"; never a valid queue name
+ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 
 
 def conflict_delay(attempt: int) -> float:
@@ -306,7 +306,8 @@ class SqlBackend(Backend):
     def accepts_connection(self, conn: Any) -> bool:
         return type(conn).__module__.split(".")[0] == self.driver_module
 
-    def enqueue(self, jobs: Sequence[NewJob], conn: Any | None = None) -> list[int]:
+    def enqueue_results(self, jobs: Sequence[NewJob],
+                        conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
             return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
         cur = conn.cursor()
@@ -315,15 +316,16 @@ class SqlBackend(Backend):
         finally:
             close_quietly(cur)
 
-    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
-        ids = []
+        results = []
         for job in jobs:
             params = self.job_params(job)
-            job_id = self.insert_job(cur, params)
-            ids.append(self.job_id_of_key(cur, job.key) if job_id is None else job_id)
+            result = self.insert_job(cur, params)
+            results.append(EnqueueResult(self.job_id_of_key(cur, job.key), False)
+                           if result is None else result)
         self.announce(cur, sorted({job.queue for job in jobs}))
-        return ids
+        return results
 
     def job_id_of_key(self, cur: Any, key: str | None) -> int:
         """The id of the job holding ``key`` (after an insert conflicted on it)."""
@@ -348,10 +350,11 @@ class SqlBackend(Backend):
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
         }
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        """Insert one job; return its id, or None when its key already exists."""
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
+        """Insert one job; return what happened, or None when its key already exists (the
+        caller then looks the existing id up)."""
         row = self.execute(cur, "insert_job", params).fetchone()
-        return None if row is None else int(row[0])
+        return None if row is None else EnqueueResult(int(row[0]), True)
 
     # ---- claim and fencing --------------------------------------------------------------
 
@@ -491,23 +494,52 @@ class SqlBackend(Backend):
                 retry_rate=(int(retried or 0) / attempted) if attempted else None))
         return sorted(out, key=lambda s: s.queue)
 
-    def jobs(self, state: str, queue: str | None, limit: int) -> list[JobRecord]:
-        params = {"state": state, "queue": queue or ALL_QUEUES, "limit": limit}
+    def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
+                   extra_attempts: int) -> int:
+        params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit,
+                  "extra": extra_attempts}
+        return self.run("retry_many", lambda cur: self.batch_rows(cur, "retry_many", params))
+
+    def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
+        params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit}
+        return self.run("cancel_many", lambda cur: self.batch_rows(cur, "cancel_many", params))
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Run a bounded batch statement (``limit`` rows at most); return rows changed.
+        Default: one statement."""
+        return int(self.execute(cur, name, params).rowcount)
+
+    def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
+             after_id: int = 0) -> list[JobRecord]:
+        params = {"state": state or ALL_QUEUES, "queue": queue or ALL_QUEUES, "limit": limit,
+                  "after_id": after_id}
         rows = self.run("jobs", lambda cur: self.execute(cur, "jobs", params).fetchall(),
                         write=False)
-        return [JobRecord(
+        return [self.record_from_row(r) for r in rows]
+
+    def job(self, job_id: int) -> JobRecord | None:
+        row = self.run("job", lambda cur: self.execute(
+            cur, "job", {"job_id": job_id}).fetchone(), write=False)
+        return None if row is None else self.record_from_row(row)
+
+    def record_from_row(self, r: Sequence[Any]) -> JobRecord:
+        """A :class:`JobRecord` from a row of the ``jobs``/``job`` statements."""
+        return JobRecord(
             id=int(r[0]), queue=r[1], state=r[2], payload=self.load_payload(r[3]),
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
-            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
-        ) for r in rows]
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]))
+
+    def error_history(self, job_id: int) -> list[JobError]:
+        rows = self.run("job_errors", lambda cur: self.execute(
+            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
+        return [JobError(int(a), w, self.load_text(e) or "", self.from_db_time(t))
+                for a, w, e, t in rows]
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
-        rows = self.run("job_errors", lambda cur: self.execute(
-            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
-        return [(int(a), w, self.load_text(e) or "") for a, w, e in rows]
+        return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
 
     def load_text(self, value: Any) -> str | None:
         if value is None or isinstance(value, str):

@@ -19,6 +19,7 @@ from pymysql.constants import CLIENT
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
+from portq.job import EnqueueResult
 from portq.protocol import NewJob
 from portq.sql import bind, split_statements
 from portq.url import DatabaseURL, connect_kwargs
@@ -97,25 +98,25 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
-    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Runs of jobs without a key go in one multi-row INSERT each (up to
         ``BULK_ROWS``); a keyed job is one ``INSERT ... ON DUPLICATE KEY UPDATE``, whose
         id is the new or the existing one. Ids come back in the order given."""
-        ids: list[int] = []
+        results: list[EnqueueResult] = []
         start = 0
         while start < len(jobs):
             end = start
             while end < len(jobs) and jobs[end].key is None and end - start < BULK_ROWS:
                 end += 1
             if end - start >= 2:
-                ids += self._insert_unkeyed(cur, jobs[start:end])
+                results += self._insert_unkeyed(cur, jobs[start:end])
             else:
                 end = start + 1
-                ids += super().insert_jobs(cur, jobs[start:end])
+                results += super().insert_jobs(cur, jobs[start:end])
             start = end
-        return ids
+        return results
 
-    def _insert_unkeyed(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def _insert_unkeyed(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """One INSERT of ``jobs`` (none has a key); their ids, in order. Auto-increment
         values are assigned row by row as a statement inserts, so they ascend in VALUES
         order: MariaDB returns them (RETURNING), MySQL has the first and the step."""
@@ -136,17 +137,25 @@ class MysqlBackend(SqlBackend):
             ids = [int(cur.lastrowid) + i * int(step) for i in range(len(jobs))]
         if len(ids) != len(jobs):
             raise DatabaseError(f"inserted {len(jobs)} jobs but got {len(ids)} ids back")
-        return ids
+        return [EnqueueResult(job_id, True) for job_id in ids]
 
     def is_mariadb(self, cur: Any) -> bool:
         """True when the connection of ``cur`` talks to MariaDB (not MySQL)."""
         return "mariadb" in str(cur.connection.get_server_info()).lower()
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
-        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id
-        # of the inserted row or of the existing one (read under its row lock).
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult:
+        # ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id): lastrowid is the id of
+        # the inserted row or of the existing one (read under its row lock). Affected rows
+        # are 1 for a new row and 0 for the key's existing row, left as it was. A
+        # connection with CLIENT.FOUND_ROWS (SQLAlchemy sets it) counts that row as 1 too,
+        # so there the key is looked up first; a job of that key committed in between (or
+        # after a caller's snapshot) is then reported as created, with the right id.
+        found_rows = bool(getattr(cur.connection, "client_flag", 0) & CLIENT.FOUND_ROWS)
+        existed = found_rows and params.get("key") is not None and \
+            self.execute(cur, "job_id_by_key", {"key": params["key"]}).fetchone() is not None
         self.execute(cur, "insert_job", params)
-        return int(cur.lastrowid) if cur.lastrowid else None
+        created = not existed if found_rows else cur.rowcount == 1
+        return EnqueueResult(int(cur.lastrowid), created)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         lock, update, read = self.steps["claim"]
@@ -172,9 +181,13 @@ class MysqlBackend(SqlBackend):
         return int(self.execute(cur, update, {**params, "ids": ids}).rowcount) if ids else 0
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
-        lock, delete = self.steps["prune"]
+        return self.batch_rows(cur, "prune", params)
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Lock a bounded batch of ids (first step), then change those rows (second)."""
+        lock, change = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
-        return int(self.execute(cur, delete, {"ids": ids}).rowcount) if ids else 0
+        return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
 
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())

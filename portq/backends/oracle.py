@@ -23,6 +23,7 @@ import oracledb
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError
+from portq.job import EnqueueResult
 from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
@@ -128,7 +129,7 @@ class OracleBackend(SqlBackend):
 
     # ---- enqueue ------------------------------------------------------------------------
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
         out = cur.var(int)
         cur.setinputsizes(run_at=oracledb.DB_TYPE_TIMESTAMP)
         try:
@@ -141,7 +142,7 @@ class OracleBackend(SqlBackend):
         value = out.getvalue()
         if isinstance(value, list):     # DML RETURNING yields one value per row
             value = value[0]
-        return int(value)
+        return EnqueueResult(int(value), True)
 
     # ---- claim, reap, prune: lock n ids with a cursor, then act on them ------------------
 
@@ -185,8 +186,12 @@ class OracleBackend(SqlBackend):
                    for chunk in _chunks(ids))
 
     def prune_rows(self, cur: Any, params: dict[str, Any]) -> int:
-        ids = self.lock_ids(cur, "prune_lock", params, int(params["limit"]))
-        return sum(int(self.execute(cur, "prune", {"ids": chunk}).rowcount)
+        return self.batch_rows(cur, "prune", params)
+
+    def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
+        """Lock up to ``limit`` ids with ``<name>_lock``, then run ``name`` on them."""
+        ids = self.lock_ids(cur, f"{name}_lock", params, int(params["limit"]))
+        return sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
                    for chunk in _chunks(ids))
 
 

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from portq.backends.base import ErrorKind, SqlBackend
+from portq.job import EnqueueResult
 from portq.pool import close_quietly
 from portq.protocol import NewJob
 
@@ -58,25 +59,26 @@ class PostgresBackend(SqlBackend):
             kind = ErrorKind.CONNECTION
         return kind or ErrorKind.OTHER
 
-    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[int]:
+    def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Many jobs in one INSERT ... SELECT FROM jsonb_to_recordset ... ON CONFLICT
-        (job_key) DO NOTHING statement; ids in the order given, existing keys return their
-        id (a key repeated within the batch returns the first one's id)."""
+        (job_key) DO NOTHING statement; results in the order given, existing keys return
+        their id (a key repeated within the batch returns the first one's id)."""
         if len(jobs) < 2:
             return super().insert_jobs(cur, jobs)
         rows = self.execute(cur, "insert_jobs_bulk", {"jobs": _jobs_json(jobs)}).fetchall()
-        ids: list[int] = []
+        results: list[EnqueueResult] = []
         first_of_key: dict[str, int] = {}
         for (job_id, key, inserted), job in zip(rows, jobs, strict=True):
             if inserted:
                 if key is not None:
                     first_of_key[key] = int(job_id)
-                ids.append(int(job_id))
+                results.append(EnqueueResult(int(job_id), True))
                 continue
             existing = first_of_key.get(key) if key is not None else None
-            ids.append(self.job_id_of_key(cur, job.key) if existing is None else existing)
+            results.append(EnqueueResult(
+                self.job_id_of_key(cur, job.key) if existing is None else existing, False))
         self.announce(cur, sorted({job.queue for job in jobs}))
-        return ids
+        return results
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:

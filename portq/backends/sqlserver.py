@@ -22,6 +22,7 @@ from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend
 from portq.errors import ConfigurationError, DriverMissingError
+from portq.job import EnqueueResult
 from portq.url import DatabaseURL
 
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
@@ -140,7 +141,7 @@ class SqlServerBackend(SqlBackend):
 
     # ---- enqueue ------------------------------------------------------------------------
 
-    def insert_job(self, cur: Any, params: dict[str, Any]) -> int | None:
+    def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
         try:
             return super().insert_job(cur, params)
         except Exception as exc:

@@ -121,3 +121,29 @@ def test_run_at_is_honoured(queue: portq.Queue, qname: str) -> None:
     c = counts(queue, qname)
     assert (c["ready"], c["scheduled"]) == (1, 2)
     assert [j.id for j in queue.claim(qname, "w", limit=10)] == [now_id]
+
+
+def test_enqueue_result_tells_new_from_existing(queue: portq.Queue, qname: str) -> None:
+    first = queue.enqueue_result(qname, "a", key=f"{qname}-r")
+    again = queue.enqueue_result(qname, "b", key=f"{qname}-r")
+    plain = queue.enqueue_result(qname, "c")
+    assert first.created and plain.created and not again.created
+    assert again.id == first.id != plain.id
+    conn = raw_connection(queue)
+    try:
+        in_txn = queue.enqueue_result(qname, "d", key=f"{qname}-r", conn=conn)
+        fresh = queue.enqueue_result(qname, "e", key=f"{qname}-t", conn=conn)
+        fresh_again = queue.enqueue_result(qname, "f", key=f"{qname}-t", conn=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    assert (in_txn.id, in_txn.created) == (first.id, False)
+    assert fresh.created and (fresh_again.id, fresh_again.created) == (fresh.id, False)
+    batch = queue.backend.enqueue_results(queue.new_jobs([
+        {"queue": qname, "payload": 1, "key": f"{qname}-r"},
+        {"queue": qname, "payload": 2, "key": f"{qname}-u"},
+        {"queue": qname, "payload": 3, "key": f"{qname}-u"},
+        {"queue": qname, "payload": 4}]))
+    assert [r.created for r in batch] == [False, True, False, True]
+    assert batch[0].id == first.id and batch[1].id == batch[2].id
+    assert counts(queue, qname)["ready"] == 5
