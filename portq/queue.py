@@ -74,6 +74,15 @@ def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
     return value
 
 
+def validate_priority(priority: Any) -> int:
+    """Return ``priority`` if it is an integer in 32-bit range (higher runs first)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or \
+            not -INT32 <= priority <= INT32:
+        raise ConfigurationError(f"priority must be an integer in 32-bit range, "
+                                 f"got {priority!r}")
+    return priority
+
+
 def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
     """Seconds (int or float) as whole milliseconds, validated."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
@@ -179,10 +188,7 @@ class Queue:
                 max_attempts: int | None = None, key: str | None = None) -> NewJob:
         """Validate one job's fields; raise before anything is written."""
         validate_queue(queue)
-        if isinstance(priority, bool) or not isinstance(priority, int) or \
-                not -INT32 <= priority <= INT32:
-            raise ConfigurationError(f"priority must be an integer in 32-bit range, "
-                                     f"got {priority!r}")
+        validate_priority(priority)
         if run_at is not None and delay is not None:
             raise ConfigurationError("give run_at or delay, not both")
         if run_at is not None:
