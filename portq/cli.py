@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -18,6 +17,8 @@ import portq
 from portq.errors import ConfigurationError, PortqError
 from portq.job import Job
 from portq.retry import Backoff
+from portq.tasks import TaskRouter, import_module, load_app
+from portq.tasks import queues as task_queues
 from portq.worker import Worker
 
 DEFAULT_DEMO_URL = "sqlite:///portq-demo.sqlite3"
@@ -39,13 +40,7 @@ def load_handler(spec: str) -> Callable[[Job], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"handler {spec!r} must look like module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import handler module {module_name!r}: {exc}") from None
-    target: Any = module
+    target: Any = import_module(module_name, "handler")
     for part in attr.split("."):
         if not hasattr(target, part):
             raise ConfigurationError(f"handler {spec!r}: {module_name} has no {attr!r}")
@@ -85,11 +80,25 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
+def worker_handler(args: argparse.Namespace) -> tuple[Callable[[Job], Any], list[str]]:
+    """The handler and queues of ``portq worker``: ``--handler`` serves ``--queue``;
+    ``--app`` dispatches to its tasks and serves their queues (``--queue`` narrows)."""
+    if (args.handler is None) == (args.app is None):
+        raise ConfigurationError("portq worker needs exactly one of --handler module:function "
+                                 "and --app module")
+    if args.handler is not None:
+        if not args.queue:
+            raise ConfigurationError("--handler needs at least one --queue")
+        return load_handler(args.handler), args.queue
+    tasks = load_app(args.app)
+    return TaskRouter(tasks), args.queue or task_queues(tasks)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
-    handler = load_handler(args.handler)
+    handler, queues = worker_handler(args)
     with _open(args) as q:
         q.backend.check_schema()
-        worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
+        worker = Worker(q, queues, handler, concurrency=args.concurrency, lease=args.lease,
                         burst=args.burst, grace=args.grace, install_signals=True,
                         backoff=Backoff(args.backoff, args.backoff_base, args.backoff_cap),
                         idle_max=args.idle_max, reap_interval=args.reap_interval or None,
@@ -367,10 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=_positive, default=None)
 
     p = command("worker", cmd_worker, "run a worker")
-    p.add_argument("--queue", action="append", required=True, help="repeat for more queues")
-    p.add_argument("--handler", required=True,
+    p.add_argument("--queue", action="append", default=None,
+                   help="repeat for more queues (with --app: narrows its tasks' queues)")
+    p.add_argument("--handler", default=None,
                    help="module:function taking a portq.Job (def, or async def: awaited on "
                         "an event loop of the handler thread)")
+    p.add_argument("--app", default=None, metavar="MODULE",
+                   help="module of @portq.task functions: serve their queues, running each "
+                        "job's named task (a job naming an unknown task goes dead)")
     p.add_argument("--concurrency", type=_positive, default=4)
     p.add_argument("--lease", type=parse_duration, default=30.0)
     p.add_argument("--grace", type=parse_duration, default=30.0,
