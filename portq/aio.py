@@ -136,8 +136,20 @@ class AsyncQueue:
         """The async form of :meth:`SqlBackend.insert_jobs` (same statements)."""
         ids = []
         for job in jobs:
+            if job.unique is not None:  # as SqlBackend.insert_scoped
+                scope = {"hash": job.unique.hash}
+                await self._execute(cur, "unique_ensure", scope)
+                locked = await (await self._execute(cur, "unique_lock", scope)).fetchone()
+                if locked is not None and locked[0] is not None and job.unique.holds_key(
+                        await (await self._execute(cur, "unique_job", {
+                            "job_id": locked[0], "period_ms": job.unique.period_ms,
+                        })).fetchone()):
+                    ids.append(int(locked[0]))
+                    continue
             row = await (await self._execute(cur, "insert_job",
                                              self.backend.job_params(job))).fetchone()
+            if job.unique is not None and row is not None:
+                await self._execute(cur, "unique_point", {**scope, "job_id": int(row[0])})
             if row is None:
                 row = await (await self._execute(cur, "job_id_by_key",
                                                  {"key": job.key})).fetchone()
@@ -154,12 +166,13 @@ class AsyncQueue:
     async def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
                       run_at: datetime | None = None, delay: float | None = None,
                       max_attempts: int | None = None, key: str | None = None,
-                      conn: Any = None) -> int:
-        """Add one job (see :meth:`portq.Queue.enqueue`). ``conn`` may be a psycopg
-        ``AsyncConnection`` (PostgreSQL), written in its open transaction, or anything the
-        sync API accepts (a sqlite3 connection, SQLAlchemy Session), used on this thread."""
+                      conn: Any = None, **unique: Any) -> int:
+        """Add one job (see :meth:`portq.Queue.enqueue`, also for the ``unique_*``
+        scopes). ``conn`` may be a psycopg ``AsyncConnection`` (PostgreSQL), written in its
+        open transaction, or anything the sync API accepts (a sqlite3 connection,
+        SQLAlchemy Session), used on this thread."""
         job = self.queue.new_job(queue, payload, priority=priority, run_at=run_at,
-                                 delay=delay, max_attempts=max_attempts, key=key)
+                                 delay=delay, max_attempts=max_attempts, key=key, **unique)
         return (await self._enqueue([job], conn))[0]
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *,

@@ -75,9 +75,23 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"--payload is not valid JSON: {exc}") from None
     with _open(args) as q:
-        print(q.enqueue(args.queue, payload, priority=args.priority, delay=args.delay,
-                        key=args.key, max_attempts=args.max_attempts))
+        result = q.enqueue_result(args.queue, payload, priority=args.priority,
+                                  delay=args.delay, key=args.key,
+                                  max_attempts=args.max_attempts, **unique_options(args))
+    print(result.id if result.created else f"{result.id} existing")
     return 0
+
+
+def unique_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The scoped-uniqueness options of ``portq enqueue`` that were given."""
+    options: dict[str, Any] = {}
+    if args.unique_per_queue:
+        options["unique_per_queue"] = True
+    if args.unique_for is not None:
+        options["unique_for"] = args.unique_for
+    if args.unique_states is not None:
+        options["unique_states"] = [s for s in args.unique_states.split(",") if s]
+    return options
 
 
 def worker_handler(args: argparse.Namespace) -> tuple[Callable[[Job], Any], list[str]]:
@@ -372,8 +386,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload", default="null", help="JSON payload")
     p.add_argument("--priority", type=int, default=0)
     p.add_argument("--delay", type=parse_duration, default=None, help="e.g. 30s, 5m")
-    p.add_argument("--key", default=None, help="idempotency key")
+    p.add_argument("--key", default=None,
+                   help="idempotency key, unique across all queues unless scoped below; "
+                        "an existing job's id is printed with 'existing'")
     p.add_argument("--max-attempts", type=_positive, default=None)
+    p.add_argument("--unique-per-queue", action="store_true",
+                   help="scope --key to this queue")
+    p.add_argument("--unique-for", type=parse_duration, default=None, metavar="DURATION",
+                   help="scope --key to jobs created within DURATION (e.g. 1h)")
+    p.add_argument("--unique-states", default=None, metavar="STATES",
+                   help="scope --key to jobs in these states, e.g. ready,running")
 
     p = command("worker", cmd_worker, "run a worker")
     p.add_argument("--queue", action="append", default=None,

@@ -17,6 +17,23 @@ from portq.url import DatabaseURL
 
 
 @dataclass(frozen=True)
+class UniqueScope:
+    """Where a scoped key is unique (built by :meth:`portq.Queue.new_job`): ``hash`` is the
+    SHA-256 of the scope and key; a live job is one created less than ``period_ms`` ago
+    (None: any age) whose state is in ``states`` (None: any state)."""
+
+    hash: str
+    period_ms: int | None = None
+    states: tuple[str, ...] | None = None
+
+    def holds_key(self, row: Sequence[Any] | None) -> bool:
+        """Whether the key's latest job still holds the key, from its ``unique_job`` row
+        (state, created within the period; None when the job is gone)."""
+        return row is not None and bool(row[1]) and \
+            (self.states is None or row[0] in self.states)
+
+
+@dataclass(frozen=True)
 class NewJob:
     """A validated job about to be inserted (built by :meth:`portq.Queue.enqueue`)."""
 
@@ -27,6 +44,7 @@ class NewJob:
     delay_ms: int = 0
     max_attempts: int = 25
     key: str | None = None
+    unique: UniqueScope | None = None
 
 
 class Backend(ABC):

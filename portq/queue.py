@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -24,7 +25,7 @@ from portq.job import (
     QueueStats,
     State,
 )
-from portq.protocol import NewJob
+from portq.protocol import NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.url import parse_url
 
@@ -81,6 +82,38 @@ def validate_priority(priority: Any) -> int:
         raise ConfigurationError(f"priority must be an integer in 32-bit range, "
                                  f"got {priority!r}")
     return priority
+
+
+UNIQUE_OPTIONS = ("unique_per_queue", "unique_for", "unique_states")
+
+
+def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
+                 unique_for: float | None = None,
+                 unique_states: Sequence[str] | None = None) -> UniqueScope | None:
+    """The scope of a scoped ``key`` (None when no scope is asked for). The key is unique
+    among the jobs of ``queue`` with ``unique_per_queue`` (else of every queue), and an
+    existing job of it counts only while younger than ``unique_for`` seconds and in one
+    of ``unique_states``; otherwise the enqueue creates a new job. A scoped key lives
+    apart from plain keys and is not the job's ``key`` (which stays None)."""
+    if not unique_per_queue and unique_for is None and unique_states is None:
+        return None
+    if key is None:
+        raise ConfigurationError("unique_per_queue, unique_for and unique_states scope a key: "
+                                 "give key= too")
+    if not isinstance(unique_per_queue, bool):
+        raise ConfigurationError(f"unique_per_queue must be True or False, "
+                                 f"got {unique_per_queue!r}")
+    period_ms = None if unique_for is None else duration_ms(unique_for, "unique_for")
+    states: tuple[str, ...] | None = None
+    if unique_states is not None:
+        names = [unique_states] if isinstance(unique_states, str) else list(unique_states)
+        bad = [s for s in names if s not in set(State)]
+        if bad or not names:
+            raise ConfigurationError(f"unique_states must be some of "
+                                     f"{', '.join(State)}; got {names!r}")
+        states = tuple(sorted(set(names)))
+    scope = json.dumps([queue if unique_per_queue else None, key], ensure_ascii=False)
+    return UniqueScope(hashlib.sha256(scope.encode("utf-8")).hexdigest(), period_ms, states)
 
 
 def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
@@ -141,25 +174,29 @@ class Queue:
     def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,
                 max_attempts: int | None = None, key: str | None = None,
-                conn: Any = None) -> int:
+                conn: Any = None, **unique: Any) -> int:
         """Add one job and return its id (the existing job's id if ``key`` is taken).
 
         With ``conn`` (a DB-API connection of this engine's driver, or a SQLAlchemy
         ``Connection``/``Session``), the row is written in the caller's open transaction
         and becomes visible only if the caller commits. Without it, portq commits.
+
+        A ``key`` alone is unique across all queues, for ever (until its job is pruned).
+        ``unique_per_queue=True``, ``unique_for=seconds`` and ``unique_states=("ready",
+        "running")`` scope it instead (see :func:`unique_scope`).
         """
         return self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
                                    delay=delay, max_attempts=max_attempts, key=key,
-                                   conn=conn).id
+                                   conn=conn, **unique).id
 
     def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
                        run_at: datetime | None = None, delay: float | None = None,
                        max_attempts: int | None = None, key: str | None = None,
-                       conn: Any = None) -> EnqueueResult:
+                       conn: Any = None, **unique: Any) -> EnqueueResult:
         """:meth:`enqueue`, saying also whether a job was created (False: ``key`` already
         named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
-                           max_attempts=max_attempts, key=key)
+                           max_attempts=max_attempts, key=key, **unique)
         return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
@@ -177,7 +214,7 @@ class Queue:
             if not isinstance(spec, Mapping) or "queue" not in spec:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
             unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
-                                   "max_attempts", "key"}
+                                   "max_attempts", "key", *UNIQUE_OPTIONS}
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
             built.append(self.new_job(**spec))
@@ -185,7 +222,8 @@ class Queue:
 
     def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,
-                max_attempts: int | None = None, key: str | None = None) -> NewJob:
+                max_attempts: int | None = None, key: str | None = None,
+                **unique: Any) -> NewJob:
         """Validate one job's fields; raise before anything is written."""
         validate_queue(queue)
         validate_priority(priority)
@@ -206,8 +244,10 @@ class Queue:
         if key is not None and not _storable_text(key):
             raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
                                      "which not every database can store")
+        scope = unique_scope(queue, key, **unique)
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
-                      run_at=run_at, delay_ms=delay_ms, max_attempts=attempts, key=key)
+                      run_at=run_at, delay_ms=delay_ms, max_attempts=attempts,
+                      key=None if scope else key, unique=scope)
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""

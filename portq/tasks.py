@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from portq.errors import ConfigurationError, Permanent
 from portq.job import EnqueueResult, Job
-from portq.queue import Queue, positive_int, validate_priority, validate_queue
+from portq.queue import (
+    UNIQUE_OPTIONS,
+    Queue,
+    positive_int,
+    validate_priority,
+    validate_queue,
+)
 
 if TYPE_CHECKING:
     from portq.aio import AsyncQueue
@@ -76,6 +82,7 @@ class JobOptions:
     key: str | None = None
     delay: float | None = None
     run_at: datetime | None = None
+    unique: tuple[tuple[str, Any], ...] = ()  # unique_per_queue / unique_for / unique_states
 
 
 @dataclass(frozen=True)
@@ -95,13 +102,19 @@ class Task(Generic[P, R]):
 
     def options(self, *, queue: str | None = None, priority: int | None = None,
                 max_attempts: int | None = None, key: str | None = None,
-                delay: float | None = None, run_at: datetime | None = None) -> Task[P, R]:
-        """This task with other job fields for the next enqueue (key, delay, ...)."""
+                delay: float | None = None, run_at: datetime | None = None,
+                **unique: Any) -> Task[P, R]:
+        """This task with other job fields for the next enqueue (key, delay, the
+        ``unique_*`` scopes of :meth:`portq.Queue.enqueue`, ...)."""
+        unknown = set(unique) - set(UNIQUE_OPTIONS)
+        if unknown:
+            raise ConfigurationError(f"task options: unknown {sorted(unknown)}")
         changes: dict[str, Any] = {k: v for k, v in (
             ("queue", None if queue is None else validate_queue(queue)),
             ("priority", None if priority is None else validate_priority(priority)),
             ("max_attempts", max_attempts), ("key", key), ("delay", delay),
-            ("run_at", run_at)) if v is not None}
+            ("run_at", run_at), ("unique", tuple(sorted(unique.items())) or None))
+            if v is not None}
         return replace(self, defaults=replace(self.defaults, **changes))
 
     def payload(self, args: Iterable[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,7 +125,7 @@ class Task(Generic[P, R]):
         o = self.defaults
         return {"queue": o.queue, "payload": self.payload(args, kwargs), "priority": o.priority,
                 "max_attempts": o.max_attempts, "key": o.key, "delay": o.delay,
-                "run_at": o.run_at}
+                "run_at": o.run_at, **dict(o.unique)}
 
     def enqueue_result(self, *args: Any, conn: Any = None, using: Queue | None = None,
                        **kwargs: Any) -> EnqueueResult:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import portq
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import counts, on_own_connections
 from portq.conformance.plugin import TEST_PREFIX
 from portq.schedule import Cron, Schedule, Scheduler, load_schedules, parse_schedules
 
@@ -93,33 +93,19 @@ def test_concurrent_schedulers_enqueue_each_due_run_once(engine_url: str, qname:
     due time, keyed by schedule name and due time."""
     schedules = [Schedule(name=f"{qname}-5m", queue=qname, cron=Cron.parse("*/5 * * * *"),
                           payload={"every": "5m"})]
-    queues = [portq.connect(engine_url, prefix=TEST_PREFIX) for _ in range(6)]
     start = at("2026-12-02T00:00:30")
-    barrier = threading.Barrier(len(queues))
-    errors: list[BaseException] = []
     ids: list[set[int]] = []
+    barrier = threading.Barrier(6)
 
-    def run(q: portq.Queue) -> None:
+    def run(q: portq.Queue, _: int) -> None:
         sched = Scheduler(q, schedules, catch_up=3600)
         mine: set[int] = set()
-        try:
-            for step in range(7):               # seven ticks, 10 minutes apart
-                barrier.wait(30)
-                mine.update(sched.tick(start + timedelta(minutes=10 * step)))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for step in range(7):               # seven ticks, 10 minutes apart, all at once
+            barrier.wait(30)
+            mine.update(sched.tick(start + timedelta(minutes=10 * step)))
         ids.append(mine)
 
-    threads = [threading.Thread(target=run, args=(q,)) for q in queues]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    finally:
-        for q in queues:
-            q.close()
-    assert not errors, errors
+    on_own_connections(engine_url, 6, run)
     with portq.connect(engine_url, prefix=TEST_PREFIX) as q:
         # due times in (00:00:30 - 1h, 01:00:30]: 23:05 .. 01:00 -> 24 runs
         jobs = q.jobs("ready", queue=qname, limit=1000)

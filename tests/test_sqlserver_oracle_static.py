@@ -44,13 +44,14 @@ SAMPLE: dict[str, Any] = {
     "lease_ms": 30000, "generation": 1, "retryable": 1, "retry_ms": 5, "error": "e",
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
-    "done_ids": 0, "done_generations": 0, "after_id": 0,
+    "done_ids": 0, "done_generations": 0, "after_id": 0, "hash": "0" * 64, "period_ms": 5,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
-                "jobs", "job", "retry_many", "cancel_many", "complete_many", "renew_many"}
+                "jobs", "job", "retry_many", "cancel_many", "complete_many", "renew_many",
+                "unique_ensure", "unique_lock", "unique_job", "unique_point"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -135,6 +136,26 @@ def test_check_constraints_match_postgres(engine: str) -> None:
 def test_oracle_statements_have_no_trailing_semicolon() -> None:
     for label, sql in _statements("oracle", "portq_"):
         assert not sql.rstrip().endswith(";"), label
+
+
+# ---- scoped uniqueness -------------------------------------------------------------------
+
+def test_sqlserver_scoped_key_row_is_locked_to_commit() -> None:
+    """UPDLOCK + HOLDLOCK: the probe of unique_ensure and the read of unique_lock keep the
+    key's row (or its key range) locked until commit, so concurrent enqueues of one key
+    take turns; the job is read with READCOMMITTEDLOCK (not a row version under RCSI)."""
+    q = load_queries("sqlserver")
+    assert "WITH (UPDLOCK, HOLDLOCK)" in q["unique_ensure"]
+    assert "WITH (UPDLOCK, ROWLOCK, HOLDLOCK)" in q["unique_lock"]
+    assert "WITH (READCOMMITTEDLOCK)" in q["unique_job"]
+
+
+def test_oracle_scoped_key_row_is_locked_by_a_plain_for_update() -> None:
+    q = load_queries("oracle")
+    assert q["unique_lock"].rstrip().endswith("FOR UPDATE")
+    assert "MERGE INTO portq_job_unique" in q["unique_ensure"]
+    (tree,) = _parse("oracle", bind(q["unique_ensure"], SAMPLE, "named").sql)
+    assert isinstance(tree, exp.Merge)
 
 
 # ---- claim shapes ------------------------------------------------------------------------

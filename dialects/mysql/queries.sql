@@ -248,3 +248,28 @@ FOR UPDATE SKIP LOCKED;
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
 WHERE job_id IN (:ids) AND state IN (:states);
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist, so that the next statement can lock
+-- it (a concurrent enqueue of the same key waits there). Not INSERT IGNORE, which would
+-- hide other errors too. See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON DUPLICATE KEY UPDATE unique_hash = unique_hash;
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL). A locking read (shared) sees the latest committed row whatever the
+-- isolation level, where a plain read in REPEATABLE READ would use an older snapshot.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > UTC_TIMESTAMP(6) - INTERVAL (:period_ms * 1000) MICROSECOND
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id
+LOCK IN SHARE MODE;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;

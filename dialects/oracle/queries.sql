@@ -231,3 +231,30 @@ UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHERE job_id IN (:ids) AND state IN (:states)
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist. Two sessions inserting the same new
+-- key at once: the second waits on the first's uncommitted entry, then gets ORA-00001 if
+-- the first committed; ORA-00001 rolls back this statement only, and
+-- SqlBackend.insert_scoped runs it once more (the row exists then).
+MERGE INTO portq_job_unique u
+USING (SELECT :hash AS unique_hash FROM dual) s
+ON (u.unique_hash = s.unique_hash)
+WHEN NOT MATCHED THEN INSERT (unique_hash, job_id) VALUES (s.unique_hash, NULL)
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL); read committed: this statement's snapshot follows the lock.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+                                 - NUMTODSINTERVAL(:period_ms / 1000, 'SECOND')
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash

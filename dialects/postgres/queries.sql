@@ -229,3 +229,27 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist, so that the next statement can lock
+-- it (a concurrent enqueue of the same key waits there). See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON CONFLICT (unique_hash) DO NOTHING;
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned). A waiter re-reads
+-- the row its predecessor committed; the job is read by the next statement, whose fresh
+-- READ COMMITTED snapshot sees that job (a join here would not: lab).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL).
+SELECT state,
+       CASE WHEN CAST(:period_ms AS bigint) IS NULL
+                 OR created_at > now() - CAST(:period_ms AS bigint) * interval '1 millisecond'
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;

@@ -202,3 +202,25 @@ WHERE job_id IN (
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
     LIMIT :limit);
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist (taking the write lock), so that the
+-- next statement can read it. See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON CONFLICT (unique_hash) DO NOTHING;
+
+-- name: unique_lock
+-- The scoped key's latest job id (NULL when none or pruned); the write lock is held.
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL).
+SELECT state,
+       CASE WHEN :period_ms IS NULL OR created_at >
+                 CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :period_ms * 1000
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;

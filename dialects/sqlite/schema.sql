@@ -46,3 +46,23 @@ CREATE TABLE portq_job_error (
     failed_at  INTEGER NOT NULL,
     PRIMARY KEY (job_id, attempt)
 );
+
+-- migration: 6
+-- Scoped uniqueness (Queue.enqueue(unique_for=, unique_states=, unique_per_queue=)): one
+-- row per scoped key, the SHA-256 (hex) of the scope and key, naming the key's latest job.
+-- An enqueue locks this row (the write lock, here), reads the job's state and age, and
+-- either returns that job or inserts a new one and points the row at it. Deleting the job
+-- (prune) deletes its row: portq's connections run with PRAGMA foreign_keys = ON.
+CREATE TABLE portq_job_unique (
+    unique_hash TEXT    PRIMARY KEY CHECK (length(unique_hash) = 64),
+    job_id      INTEGER REFERENCES portq_job (job_id) ON DELETE CASCADE
+);
+CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
+
+-- Per-queue flow control, one row per queue that has any: paused (claims of the queue
+-- return nothing while 1; running jobs finish normally).
+CREATE TABLE portq_queue (
+    queue      TEXT    PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
+    paused     INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    updated_at INTEGER NOT NULL
+);

@@ -261,3 +261,32 @@ WITH c AS (
 UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
     finished_at = SYSUTCDATETIME();
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist; UPDLOCK + HOLDLOCK on the probe
+-- keeps two sessions from both inserting it (the key range stays locked to commit).
+INSERT INTO portq_job_unique (unique_hash, job_id)
+SELECT :hash, NULL
+WHERE NOT EXISTS (SELECT 1 FROM portq_job_unique WITH (UPDLOCK, HOLDLOCK)
+                  WHERE unique_hash = :hash);
+
+-- name: unique_lock
+-- Lock the scoped key's row (UPDLOCK, held to commit): its latest job id (NULL when none).
+SELECT job_id FROM portq_job_unique WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+WHERE unique_hash = :hash;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago. READCOMMITTEDLOCK:
+-- under READ_COMMITTED_SNAPSHOT a row-versioned read could miss the job a predecessor
+-- just committed.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > DATEADD(MILLISECOND, -CAST(:period_ms % 86400000 AS INT),
+                                         DATEADD(DAY, -CAST(:period_ms / 86400000 AS INT),
+                                                 SYSUTCDATETIME()))
+            THEN 1 ELSE 0 END
+FROM portq_job WITH (READCOMMITTEDLOCK)
+WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;

@@ -309,12 +309,56 @@ class SqlBackend(Backend):
     def enqueue_results(self, jobs: Sequence[NewJob],
                         conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
-            return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
+            return self.run("enqueue", lambda cur: self.insert_all(cur, jobs))
         cur = conn.cursor()
         try:
-            return self.insert_jobs(cur, jobs)
+            return self.insert_all(cur, jobs)
         finally:
             close_quietly(cur)
+
+    def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """:meth:`insert_jobs` for runs of jobs without a uniqueness scope, and
+        :meth:`insert_scoped` for each job with one; results in the order given."""
+        if all(job.unique is None for job in jobs):
+            return self.insert_jobs(cur, jobs)
+        results: list[EnqueueResult] = []
+        start = 0
+        while start < len(jobs):
+            end = start
+            while end < len(jobs) and jobs[end].unique is None:
+                end += 1
+            if end > start:
+                results += self.insert_jobs(cur, jobs[start:end])
+            else:
+                results.append(self.insert_scoped(cur, jobs[start]))
+                end = start + 1
+            start = end
+        return results
+
+    def insert_scoped(self, cur: Any, job: NewJob) -> EnqueueResult:
+        """Enqueue ``job`` unless its scoped key's latest job is still live in its scope
+        (then that job's id, ``created=False``). The key's row is locked first, so that
+        concurrent enqueues of one scoped key take turns (schema.sql, migration 6)."""
+        unique = job.unique
+        assert unique is not None
+        params = {"hash": unique.hash}
+        try:
+            self.execute(cur, "unique_ensure", params)
+        except Exception as exc:  # Oracle's MERGE: a concurrent first insert of the key
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise
+            self.execute(cur, "unique_ensure", params)  # the row exists now
+        locked = self.execute(cur, "unique_lock", params).fetchone()
+        if locked is not None and locked[0] is not None and unique.holds_key(self.execute(
+                cur, "unique_job", {"job_id": locked[0], "period_ms": unique.period_ms}
+        ).fetchone()):
+            return EnqueueResult(int(locked[0]), False)
+        result = self.insert_job(cur, self.job_params(job))
+        if result is None:
+            raise DatabaseError("a scoped-unique job has no job key, yet its insert conflicted")
+        self.execute(cur, "unique_point", {**params, "job_id": result.id})
+        self.announce(cur, [job.queue])
+        return result
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""

@@ -155,3 +155,6 @@ def test_task_enqueue_needs_a_queue_and_json_arguments(
         tasks.bind(None)
     assert first.created and not again.created and again.id == first.id
     assert counts(queue, qa)["ready"] == 1
+    per_queue = module.send.options(key=f"{qa}-k", unique_per_queue=True)
+    scoped = per_queue.enqueue_result("z", using=queue)
+    assert scoped.created and not per_queue.enqueue_result("w", using=queue).created
