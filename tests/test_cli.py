@@ -27,8 +27,10 @@ def test_enqueue_worker_stats_round_trip(engine_url: str, qname: str, tmp_path: 
     run_portq("migrate", *prefix, env=env)
     first = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 1}',
                           "--key", qname + "-a", env=env).stdout)
-    again = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
-                          "--key", qname + "-a", env=env).stdout)
+    again_out = run_portq("enqueue", *prefix, "--queue", qname, "--payload", '{"n": 2}',
+                          "--key", qname + "-a", env=env).stdout.split()
+    assert again_out[1:] == ["existing"]  # the key named a job already
+    again = int(again_out[0])
     second = int(run_portq("enqueue", *prefix, "--queue", qname, "--payload", "[1, 2]",
                            "--priority", "5", env=env).stdout)
     later = int(run_portq("enqueue", *prefix, "--queue", qname, "--delay", "1h", env=env).stdout)
