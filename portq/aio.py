@@ -282,6 +282,17 @@ class AsyncQueue:
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         return await asyncio.to_thread(self.queue.stats, queue)
 
+    async def pause(self, queue: str) -> None:
+        """See :meth:`portq.Queue.pause`."""
+        await asyncio.to_thread(self.queue.pause, queue)
+
+    async def resume(self, queue: str) -> None:
+        """See :meth:`portq.Queue.resume`."""
+        await asyncio.to_thread(self.queue.resume, queue)
+
+    async def paused_queues(self) -> list[str]:
+        return await asyncio.to_thread(self.queue.paused_queues)
+
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
                    limit: int = 100, after_id: int = 0) -> list[JobRecord]:
         return await asyncio.to_thread(self.queue.jobs, state, queue=queue, limit=limit,
@@ -426,7 +437,7 @@ class AsyncWorker:
     async def _drained(self) -> bool:
         for name in self.queues:
             for s in await self.queue.stats(name):
-                if s.ready or s.running:
+                if (s.ready and not s.paused) or s.running:  # paused: left for later
                     return False
         return True
 

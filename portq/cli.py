@@ -160,9 +160,27 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     cols = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
-            "oldest_ready_age_s", "retry_rate"]
-    table = [[_cell(r[c]) for c in cols] for r in rows]
+            "oldest_ready_age_s", "retry_rate", "paused"]
+    table = [[("yes" if r[c] else "no") if c == "paused" else _cell(r[c]) for c in cols]
+             for r in rows]
     _print_table(cols, table)
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """``portq pause URL QUEUE``: no worker claims the queue's jobs until ``resume``."""
+    with _open(args) as q:
+        q.pause(args.queue_name)
+    print(f"paused {args.queue_name}: workers claim none of its jobs from their next poll; "
+          f"running jobs finish")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``portq resume URL QUEUE``: workers claim the queue's jobs again."""
+    with _open(args) as q:
+        q.resume(args.queue_name)
+    print(f"resumed {args.queue_name}")
     return 0
 
 
@@ -471,6 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("cancel", cmd_cancel, "cancel a ready or running job")
     p.add_argument("job_id", type=_positive)
+
+    p = command("pause", cmd_pause, "stop every worker claiming a queue's jobs (persisted; "
+                                    "running jobs finish)")
+    p.add_argument("queue_name", metavar="QUEUE")
+    p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
+    p.add_argument("queue_name", metavar="QUEUE")
 
     p = command("jobs", cmd_jobs, "list jobs in one state")
     p.add_argument("--state", default="dead",

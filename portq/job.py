@@ -113,6 +113,7 @@ class QueueStats:
     cancelled: int
     oldest_ready_age_s: float | None
     retry_rate: float | None
+    paused: bool = False   # claims of the queue return nothing (Queue.pause)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

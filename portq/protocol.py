@@ -135,7 +135,17 @@ class Backend(ABC):
 
     @abstractmethod
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        """Per-queue counts and the oldest ready job's age, by the database clock."""
+        """Per-queue counts and the oldest ready job's age, by the database clock; a paused
+        queue is listed (``paused=True``) even when it holds no job."""
+
+    @abstractmethod
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause a queue (every claim of it returns nothing, on every worker, from the
+        next claim on; running jobs finish normally) or resume it. Idempotent."""
+
+    @abstractmethod
+    def paused_queues(self) -> list[str]:
+        """The paused queues, sorted."""
 
     @abstractmethod
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,

@@ -365,8 +365,22 @@ class Queue:
             positive_int(limit, "limit"))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        """Per-queue counts, oldest-ready age and retry rate."""
+        """Per-queue counts, oldest-ready age, retry rate and whether it is paused."""
         return self.backend.stats(_queue_or_none(queue))
+
+    def pause(self, queue: str) -> None:
+        """Stop every worker, on every host, from claiming jobs of ``queue`` (from its next
+        claim: within one poll interval); running jobs finish normally. Persisted in the
+        database until :meth:`resume`; jobs may still be enqueued meanwhile."""
+        self.backend.set_paused(validate_queue(queue), True)
+
+    def resume(self, queue: str) -> None:
+        """Let workers claim jobs of ``queue`` again (undoes :meth:`pause`)."""
+        self.backend.set_paused(validate_queue(queue), False)
+
+    def paused_queues(self) -> list[str]:
+        """The paused queues, sorted."""
+        return self.backend.paused_queues()
 
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
              after_id: int = 0) -> list[JobRecord]:

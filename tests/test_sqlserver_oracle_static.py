@@ -45,13 +45,15 @@ SAMPLE: dict[str, Any] = {
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
     "done_ids": 0, "done_generations": 0, "after_id": 0, "hash": "0" * 64, "period_ms": 5,
+    "paused": 1,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
                 "jobs", "job", "retry_many", "cancel_many", "complete_many", "renew_many",
-                "unique_ensure", "unique_lock", "unique_job", "unique_point"}
+                "unique_ensure", "unique_lock", "unique_job", "unique_point", "set_paused",
+                "paused_queues"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -148,6 +150,19 @@ def test_sqlserver_scoped_key_row_is_locked_to_commit() -> None:
     assert "WITH (UPDLOCK, HOLDLOCK)" in q["unique_ensure"]
     assert "WITH (UPDLOCK, ROWLOCK, HOLDLOCK)" in q["unique_lock"]
     assert "WITH (READCOMMITTEDLOCK)" in q["unique_job"]
+
+
+@pytest.mark.parametrize(("engine", "name"), [("sqlserver", "claim"), ("oracle", "claim_lock")])
+def test_claims_skip_a_paused_queue(engine: str, name: str) -> None:
+    """The claim's own statement checks the queue's pause flag (a primary-key probe), so
+    a pause reaches every worker at its next claim."""
+    sql = " ".join(load_queries(engine)[name].split())
+    assert "AND NOT EXISTS (SELECT 1 FROM portq_queue" in sql
+    assert "p.queue = :queue AND p.paused = 1)" in sql
+
+
+def test_sqlserver_set_paused_merges_under_holdlock() -> None:
+    assert "MERGE INTO portq_queue WITH (HOLDLOCK)" in load_queries("sqlserver")["set_paused"]
 
 
 def test_oracle_scoped_key_row_is_locked_by_a_plain_for_update() -> None:

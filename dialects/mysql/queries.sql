@@ -59,6 +59,9 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 SELECT job_id FROM portq_job
 WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
   AND attempts < max_attempts
+  -- a paused queue claims nothing: a primary-key probe; FOR UPDATE does not lock the
+  -- rows of a subquery that has no locking clause of its own
+  AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
 ORDER BY priority DESC, run_at, job_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -273,3 +276,12 @@ LOCK IN SHARE MODE;
 
 -- name: unique_point
 UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, :paused, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;

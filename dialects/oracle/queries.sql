@@ -43,6 +43,8 @@ SELECT job_id FROM portq_job
 WHERE CASE WHEN state = 'ready' THEN queue END = :queue
   AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
   AND state = 'ready' AND attempts < max_attempts
+  -- a paused queue claims nothing (one primary-key probe; FOR UPDATE locks no row of it)
+  AND NOT EXISTS (SELECT 1 FROM portq_queue p WHERE p.queue = :queue AND p.paused = 1)
 ORDER BY CASE WHEN state = 'ready' THEN priority END DESC,
          CASE WHEN state = 'ready' THEN run_at END,
          CASE WHEN state = 'ready' THEN job_id END
@@ -258,3 +260,15 @@ FROM portq_job WHERE job_id = :job_id
 
 -- name: unique_point
 UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use (a concurrent
+-- first use may raise ORA-00001, as for unique_ensure: the operator runs it again).
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET paused = :paused, updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
+    VALUES (s.queue, :paused, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue

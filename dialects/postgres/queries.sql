@@ -66,6 +66,8 @@ FROM (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND state = 'ready' AND run_at <= now()
       AND attempts < max_attempts
+      -- a paused queue claims nothing: one primary-key probe, a one-time filter
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -253,3 +255,12 @@ FROM portq_job WHERE job_id = :job_id;
 
 -- name: unique_point
 UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, CAST(:paused AS integer) = 1, now())
+ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at;
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused ORDER BY queue;

@@ -37,6 +37,8 @@ WHERE job_id IN (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND state = 'ready' AND attempts < max_attempts
       AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+      -- a paused queue claims nothing (one primary-key probe)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until;
@@ -224,3 +226,12 @@ FROM portq_job WHERE job_id = :job_id;
 
 -- name: unique_point
 UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, :paused, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at;
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;

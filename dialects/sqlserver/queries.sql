@@ -84,6 +84,8 @@ WITH c AS (
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
+      -- a paused queue claims nothing (one primary-key probe)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
     ORDER BY priority DESC, run_at, job_id
 )
 UPDATE c
@@ -290,3 +292,15 @@ WHERE job_id = :job_id;
 
 -- name: unique_point
 UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use. HOLDLOCK on
+-- the MERGE target keeps two first uses from both inserting.
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET paused = :paused, updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
+    VALUES (s.queue, :paused, SYSUTCDATETIME());
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;

@@ -521,8 +521,10 @@ class SqlBackend(Backend):
             cur, "cancel", {"job_id": job_id}).rowcount == 1, single=True))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        rows = self.run("stats", lambda cur: self.execute(
-            cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall(), write=False)
+        def read(cur: Any) -> tuple[list[Any], set[str]]:
+            rows = self.execute(cur, "stats", {"queue": queue or ALL_QUEUES}).fetchall()
+            return rows, {str(r[0]) for r in self.execute(cur, "paused_queues", {}).fetchall()}
+        rows, paused = self.run("stats", read, write=False)
         out = []
         for (q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now,
              retried, attempted) in rows:
@@ -535,8 +537,21 @@ class SqlBackend(Backend):
                 queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
                 cancelled=int(cancelled or 0), oldest_ready_age_s=age,
-                retry_rate=(int(retried or 0) / attempted) if attempted else None))
+                retry_rate=(int(retried or 0) / attempted) if attempted else None,
+                paused=q in paused))
+        listed = {s.queue for s in out}
+        out += [QueueStats(queue=q, ready=0, scheduled=0, running=0, succeeded=0, dead=0,
+                           cancelled=0, oldest_ready_age_s=None, retry_rate=None, paused=True)
+                for q in paused - listed if queue in (None, q)]  # paused with no jobs
         return sorted(out, key=lambda s: s.queue)
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        self.run("pause" if paused else "resume", lambda cur: self.execute(
+            cur, "set_paused", {"queue": queue, "paused": int(paused)}))
+
+    def paused_queues(self) -> list[str]:
+        return [str(r[0]) for r in self.run("paused_queues", lambda cur: self.execute(
+            cur, "paused_queues", {}).fetchall(), write=False)]
 
     def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
                    extra_attempts: int) -> int:
