@@ -200,7 +200,8 @@ class AsyncQueue:
     async def claim(self, queue: str, worker_id: str, *, limit: int = 1,
                     lease: float = 30.0) -> list[Job]:
         """Claim up to ``limit`` due jobs of one queue (see :meth:`portq.Queue.claim`)."""
-        if not self.native:
+        if not self.native or not self.backend.known_unlimited(queue):
+            # a queue that may have a concurrency limit: the sync claim enforces it
             return await asyncio.to_thread(self.queue.claim, queue, worker_id, limit=limit,
                                            lease=lease)
         validate_queue(queue)
@@ -292,6 +293,10 @@ class AsyncQueue:
 
     async def paused_queues(self) -> list[str]:
         return await asyncio.to_thread(self.queue.paused_queues)
+
+    async def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """See :meth:`portq.Queue.set_concurrency_limit`."""
+        await asyncio.to_thread(self.queue.set_concurrency_limit, queue, max_running)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
                    limit: int = 100, after_id: int = 0) -> list[JobRecord]:

@@ -144,6 +144,12 @@ class Backend(ABC):
         next claim on; running jobs finish normally) or resume it. Idempotent."""
 
     @abstractmethod
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """At most ``max_running`` running jobs of ``queue`` across every worker (None: no
+        limit), enforced in the claim transaction; other workers see a new limit within
+        ``LIMIT_RECHECK_S`` (portq/backends/base.py) seconds."""
+
+    @abstractmethod
     def paused_queues(self) -> list[str]:
         """The paused queues, sorted."""
 

@@ -382,6 +382,15 @@ class Queue:
         """The paused queues, sorted."""
         return self.backend.paused_queues()
 
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """At most ``max_running`` jobs of ``queue`` run at once across every worker on
+        every host (None removes the limit); the rest wait ready and are claimed as running
+        ones finish. Enforced in the claim transaction; a running worker sees a new limit
+        within a second."""
+        self.backend.set_concurrency_limit(
+            validate_queue(queue),
+            None if max_running is None else positive_int(max_running, "max_running"))
+
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
              after_id: int = 0) -> list[JobRecord]:
         """Up to ``limit`` jobs in id order: of one state (None or ``"all"``: every state),

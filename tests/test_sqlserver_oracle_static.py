@@ -45,7 +45,7 @@ SAMPLE: dict[str, Any] = {
     "version": 1, "older_than_ms": 5, "states": ("dead", "succeeded"), "ids": (1, 2),
     "extra": 1, "state": "ready", "claims": '[{"job_id": 1, "generation": 1, "worker_id": "w"}]',
     "done_ids": 0, "done_generations": 0, "after_id": 0, "hash": "0" * 64, "period_ms": 5,
-    "paused": 1,
+    "paused": 1, "max_running": 2,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
@@ -53,6 +53,7 @@ BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "ins
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
                 "jobs", "job", "retry_many", "cancel_many", "complete_many", "renew_many",
                 "unique_ensure", "unique_lock", "unique_job", "unique_point", "set_paused",
+                "queue_control", "running_count", "set_concurrency_limit",
                 "paused_queues"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]

@@ -285,3 +285,20 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs. No row: no limit.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+
+-- name: running_count
+-- A locking read would wait on claimers' locks; a plain one at READ COMMITTED sees what
+-- the previous holder of the queue_control lock committed.
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, :max_running, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE concurrency_limit = :max_running, updated_at = UTC_TIMESTAMP(6);

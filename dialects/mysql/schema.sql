@@ -77,10 +77,14 @@ CREATE TABLE IF NOT EXISTS portq_job_unique (
 
 -- Per-queue flow control, one row per queue that has any: paused (claims of the queue
 -- return nothing while 1; running jobs finish normally).
+-- concurrency_limit: at most that many running jobs of the queue (a claim locks this row,
+-- counts them through portq_job_ready_idx's (queue, state) prefix, claims the rest).
 CREATE TABLE IF NOT EXISTS portq_queue (
-    queue      VARCHAR(128) NOT NULL,
-    paused     TINYINT      NOT NULL DEFAULT 0,
-    updated_at DATETIME(6)  NOT NULL,
+    queue             VARCHAR(128) NOT NULL,
+    paused            TINYINT      NOT NULL DEFAULT 0,
+    concurrency_limit INT,
+    updated_at        DATETIME(6)  NOT NULL,
     PRIMARY KEY (queue),
-    CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1))
+    CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1)),
+    CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -272,3 +272,20 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE
+
+-- name: running_count
+-- The CASE expression matches portq_job_running_idx (a function-based index).
+SELECT COUNT(*) FROM portq_job WHERE CASE WHEN state = 'running' THEN queue END = :queue
+
+-- name: set_concurrency_limit
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running,
+                             updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
+    VALUES (s.queue, :max_running, SYS_EXTRACT_UTC(SYSTIMESTAMP))

@@ -77,5 +77,8 @@ CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
 CREATE TABLE portq_queue (
     queue      VARCHAR2(128 CHAR) CONSTRAINT portq_queue_pk PRIMARY KEY,
     paused     NUMBER(1)    DEFAULT 0 NOT NULL CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1)),
+    -- at most that many running jobs of the queue (a claim locks this row, counts them)
+    concurrency_limit NUMBER(10) CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0),
     updated_at TIMESTAMP(6) DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL
 );
+CREATE INDEX portq_job_running_idx ON portq_job (CASE WHEN state = 'running' THEN queue END);

@@ -264,3 +264,19 @@ ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDE
 
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs. No row: no limit (and no lock).
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+
+-- name: running_count
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, CAST(:max_running AS integer), now())
+ON CONFLICT (queue) DO UPDATE SET concurrency_limit = EXCLUDED.concurrency_limit,
+                                  updated_at = EXCLUDED.updated_at;

@@ -59,8 +59,13 @@ CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
 
 -- Per-queue flow control, one row per queue that has any: paused (claims of the queue
 -- return nothing while true; running jobs finish normally).
+-- concurrency_limit: at most that many running jobs of the queue (a claim locks this row,
+-- counts them, claims the rest).
 CREATE TABLE portq_queue (
-    queue      text        PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
-    paused     boolean     NOT NULL DEFAULT false,
-    updated_at timestamptz NOT NULL DEFAULT now()
+    queue             text        PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
+    paused            boolean     NOT NULL DEFAULT false,
+    concurrency_limit integer     CHECK (concurrency_limit > 0),
+    updated_at        timestamptz NOT NULL DEFAULT now()
 );
+-- counts a queue's running jobs (bounded by its limit) for the claim
+CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = 'running';

@@ -235,3 +235,19 @@ ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = exclude
 
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, read in the claim's transaction (BEGIN IMMEDIATE holds
+-- the write lock: concurrent claimers take turns). No row: no limit.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue;
+
+-- name: running_count
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, :max_running, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
+                                  updated_at = excluded.updated_at;

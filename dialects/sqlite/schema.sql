@@ -60,9 +60,13 @@ CREATE TABLE portq_job_unique (
 CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
 
 -- Per-queue flow control, one row per queue that has any: paused (claims of the queue
--- return nothing while 1; running jobs finish normally).
+-- return nothing while 1; running jobs finish normally); concurrency_limit (at most that
+-- many running jobs of the queue: a claim locks this row, counts them, claims the rest).
 CREATE TABLE portq_queue (
-    queue      TEXT    PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
-    paused     INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
-    updated_at INTEGER NOT NULL
+    queue             TEXT    PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
+    paused            INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_limit INTEGER CHECK (concurrency_limit > 0),
+    updated_at        INTEGER NOT NULL
 );
+-- counts a queue's running jobs (bounded by its limit) for the claim
+CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = 'running';

@@ -304,3 +304,22 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, update-locked to the end of the claim's transaction:
+-- claimers of a limited queue take turns counting its running jobs.
+SELECT concurrency_limit FROM portq_queue WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+WHERE queue = :queue;
+
+-- name: running_count
+-- READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a row version could miss the running
+-- jobs the previous lock holder committed.
+SELECT COUNT(*) FROM portq_job WITH (READCOMMITTEDLOCK)
+WHERE queue = :queue AND state = N'running';
+
+-- name: set_concurrency_limit
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running, updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
+    VALUES (s.queue, :max_running, SYSUTCDATETIME());

@@ -75,5 +75,8 @@ CREATE TABLE portq_queue (
     queue      NVARCHAR(128) COLLATE Latin1_General_100_BIN2 NOT NULL
                    CONSTRAINT portq_queue_pk PRIMARY KEY,
     paused     BIT          NOT NULL CONSTRAINT portq_queue_paused_df DEFAULT 0,
+    -- at most that many running jobs of the queue (a claim locks this row, counts them)
+    concurrency_limit INT NULL CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0),
     updated_at DATETIME2(6) NOT NULL CONSTRAINT portq_queue_updated_df DEFAULT SYSUTCDATETIME()
 );
+CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = N'running';

@@ -29,6 +29,8 @@ from portq.url import DatabaseURL
 
 log = logging.getLogger("portq.backend")
 T = TypeVar("T")
+#: a worker that found no concurrency limit on a queue looks again after this long
+LIMIT_RECHECK_S = 1.0
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 
 
@@ -75,6 +77,8 @@ class SqlBackend(Backend):
         self.queries = load_queries(self.engine, self.prefix)
         self.pool = Pool(self.connect, max_size=pool_size, timeout=pool_timeout)
         self._lock = threading.Lock()
+        # queue -> monotonic time until which it is known to have no concurrency limit
+        self._unlimited_until: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
@@ -404,8 +408,37 @@ class SqlBackend(Backend):
 
     def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
-        rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+        if self.known_unlimited(queue):
+            rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+        else:
+            rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params))
         return [self.job_from_row(row, worker_id) for row in rows]
+
+    def known_unlimited(self, queue: str) -> bool:
+        """True while a claim of ``queue`` found no concurrency limit less than
+        ``LIMIT_RECHECK_S`` ago: its claims skip the limit's extra statements until then."""
+        return self._unlimited_until.get(queue, 0.0) > time.monotonic()
+
+    def claim_within_limit(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+        """Claim in the open transaction, at most the queue's concurrency limit minus its
+        running jobs: the limit's row stays locked to commit, so claimers of the queue on
+        every host take turns and never exceed it together."""
+        queue = params["queue"]
+        row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
+        if row is None or row[0] is None:
+            self._unlimited_until[queue] = time.monotonic() + LIMIT_RECHECK_S
+            return self.claim_rows(cur, params)
+        self._unlimited_until.pop(queue, None)
+        running = int(self.execute(cur, "running_count", {"queue": queue}).fetchone()[0])
+        free = int(row[0]) - running
+        if free <= 0:
+            return []
+        return self.claim_rows(cur, {**params, "limit": min(int(params["limit"]), free)})
+
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        self.run("set_concurrency_limit", lambda cur: self.execute(
+            cur, "set_concurrency_limit", {"queue": queue, "max_running": max_running}))
+        self._unlimited_until.pop(queue, None)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         """Claim in the open transaction; rows are CLAIM_COLUMNS. Default: one statement."""
