@@ -20,6 +20,7 @@ from portq.errors import (
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
+from portq.tasks import Task, current_job, task
 from portq.worker import RetryAfter, Worker
 
 __all__ = [
@@ -27,6 +28,6 @@ __all__ = [
     "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
     "InvalidQueueName", "Job", "JobRecord", "LoginFailed", "PayloadError", "Permanent",
     "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
-    "SchemaMissingError", "State", "Worker", "connect",
+    "SchemaMissingError", "State", "Task", "Worker", "connect", "current_job", "task",
 ]
 __version__ = "0.1.0"

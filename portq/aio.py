@@ -142,8 +142,20 @@ class AsyncQueue:
         """The async form of :meth:`SqlBackend.insert_jobs` (same statements)."""
         ids = []
         for job in jobs:
+            if job.unique is not None:  # as SqlBackend.insert_scoped
+                scope = {"hash": job.unique.hash}
+                await self._execute(cur, "unique_ensure", scope)
+                locked = await (await self._execute(cur, "unique_lock", scope)).fetchone()
+                if locked is not None and locked[0] is not None and job.unique.holds_key(
+                        await (await self._execute(cur, "unique_job", {
+                            "job_id": locked[0], "period_ms": job.unique.period_ms,
+                        })).fetchone()):
+                    ids.append(int(locked[0]))
+                    continue
             row = await (await self._execute(cur, "insert_job",
                                              self.backend.job_params(job))).fetchone()
+            if job.unique is not None and row is not None:
+                await self._execute(cur, "unique_point", {**scope, "job_id": int(row[0])})
             if row is None:
                 row = await (await self._execute(cur, "job_id_by_key",
                                                  {"key": job.key})).fetchone()
@@ -160,12 +172,13 @@ class AsyncQueue:
     async def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
                       run_at: datetime | None = None, delay: float | None = None,
                       max_attempts: int | None = None, key: str | None = None,
-                      conn: Any = None) -> int:
-        """Add one job (see :meth:`portq.Queue.enqueue`). ``conn`` may be a psycopg
-        ``AsyncConnection`` (PostgreSQL), written in its open transaction, or anything the
-        sync API accepts (a sqlite3 connection, SQLAlchemy Session), used on this thread."""
+                      conn: Any = None, **unique: Any) -> int:
+        """Add one job (see :meth:`portq.Queue.enqueue`, also for the ``unique_*``
+        scopes). ``conn`` may be a psycopg ``AsyncConnection`` (PostgreSQL), written in its
+        open transaction, or anything the sync API accepts (a sqlite3 connection,
+        SQLAlchemy Session), used on this thread."""
         job = self.queue.new_job(queue, payload, priority=priority, run_at=run_at,
-                                 delay=delay, max_attempts=max_attempts, key=key)
+                                 delay=delay, max_attempts=max_attempts, key=key, **unique)
         return (await self._enqueue([job], conn))[0]
 
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *,
@@ -199,7 +212,8 @@ class AsyncQueue:
     async def claim(self, queue: str, worker_id: str, *, limit: int = 1,
                     lease: float = 30.0) -> list[Job]:
         """Claim up to ``limit`` due jobs of one queue (see :meth:`portq.Queue.claim`)."""
-        if not self.native:
+        if not self.native or not self.backend.known_unlimited(queue):
+            # a queue that may have a concurrency limit: the sync claim enforces it
             return await asyncio.to_thread(self.queue.claim, queue, worker_id, limit=limit,
                                            lease=lease)
         validate_queue(queue)
@@ -290,6 +304,21 @@ class AsyncQueue:
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         return await asyncio.to_thread(self.queue.stats, queue)
+
+    async def pause(self, queue: str) -> None:
+        """See :meth:`portq.Queue.pause`."""
+        await asyncio.to_thread(self.queue.pause, queue)
+
+    async def resume(self, queue: str) -> None:
+        """See :meth:`portq.Queue.resume`."""
+        await asyncio.to_thread(self.queue.resume, queue)
+
+    async def paused_queues(self) -> list[str]:
+        return await asyncio.to_thread(self.queue.paused_queues)
+
+    async def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """See :meth:`portq.Queue.set_concurrency_limit`."""
+        await asyncio.to_thread(self.queue.set_concurrency_limit, queue, max_running)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
                    limit: int = 100, after_id: int = 0, **filters: Any) -> list[JobRecord]:
@@ -462,7 +491,7 @@ class AsyncWorker:
     async def _drained(self) -> bool:
         for name in self.queues:
             for s in await self.queue.stats(name):
-                if s.ready or s.running:
+                if (s.ready and not s.paused) or s.running:  # paused: left for later
                     return False
         return True
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import json
 import logging
 import os
@@ -12,7 +11,6 @@ import re
 import sys
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
@@ -25,6 +23,8 @@ from portq.logs import FORMATS, LEVELS, configure_logging
 from portq.queue import MAX_PAYLOAD_DEPTH
 from portq.registry import live_workers, workers_per_queue
 from portq.retry import Backoff
+from portq.tasks import TaskRouter, import_module, load_app
+from portq.tasks import queues as task_queues
 from portq.worker import Worker
 
 DESCRIPTION = ("portq: background jobs kept in an ordinary SQL table, claimed safely by "
@@ -81,17 +81,7 @@ def load_handler(spec: str) -> Callable[[Job], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigurationError(f"handler {spec!r} must look like module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(f"cannot import handler module {module_name!r}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything on import
-        raise ConfigurationError(
-            f"handler module {module_name!r} raised {type(exc).__name__} while importing"
-            f"{_where(exc)}: {exc}") from None
-    target: Any = module
+    target: Any = import_module(module_name, "handler")
     for part in attr.split("."):
         if not hasattr(target, part):
             raise ConfigurationError(f"handler {spec!r}: {module_name} has no {attr!r}")
@@ -99,14 +89,6 @@ def load_handler(spec: str) -> Callable[[Job], Any]:
     if not callable(target):
         raise ConfigurationError(f"handler {spec!r} is not callable")
     return target  # type: ignore[no-any-return]
-
-
-def _where(exc: BaseException) -> str:
-    """`` at file:line`` of the innermost frame (or the SyntaxError's place) of ``exc``."""
-    if isinstance(exc, SyntaxError) and exc.filename:
-        return f" at {exc.filename}:{exc.lineno}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -169,7 +151,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     with _open(args) as q:
         result = q.enqueue_result(args.queue, payload, priority=args.priority,
                                   delay=args.delay, key=args.key,
-                                  max_attempts=args.max_attempts)
+                                  max_attempts=args.max_attempts, **unique_options(args))
     if result.created:
         text = f"created job {result.id} on queue {args.queue}"
     else:
@@ -179,8 +161,34 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
+def unique_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The scoped-uniqueness options of ``portq enqueue`` that were given."""
+    options: dict[str, Any] = {}
+    if args.unique_per_queue:
+        options["unique_per_queue"] = True
+    if args.unique_for is not None:
+        options["unique_for"] = args.unique_for
+    if args.unique_states is not None:
+        options["unique_states"] = [s for s in args.unique_states.split(",") if s]
+    return options
+
+
+def worker_handler(args: argparse.Namespace) -> tuple[Callable[[Job], Any], list[str]]:
+    """The handler and queues of ``portq worker``: ``--handler`` serves ``--queue``;
+    ``--app`` dispatches to its tasks and serves their queues (``--queue`` narrows)."""
+    if (args.handler is None) == (args.app is None):
+        raise ConfigurationError("portq worker needs exactly one of --handler module:function "
+                                 "and --app module")
+    if args.handler is not None:
+        if not args.queue:
+            raise ConfigurationError("--handler needs at least one --queue")
+        return load_handler(args.handler), args.queue
+    tasks = load_app(args.app)
+    return TaskRouter(tasks), args.queue or task_queues(tasks)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
-    handler = load_handler(args.handler)
+    handler, queues = worker_handler(args)
     fixed = [f"--{name.replace('_', '-')}" for name in ("prefetch", "ack_delay", "claimers")
              if getattr(args, name) is not None]
     if fixed:
@@ -190,7 +198,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with _open(args) as q, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # said once above
         q.backend.check_schema()
-        worker = Worker(q, args.queue, handler, concurrency=args.concurrency, lease=args.lease,
+        worker = Worker(q, queues, handler, concurrency=args.concurrency, lease=args.lease,
                         burst=args.burst, grace=args.grace, install_signals=True,
                         backoff=Backoff(args.backoff, args.backoff_base, args.backoff_cap),
                         idle_max=args.idle_max, reap_interval=args.reap_interval or None,
@@ -232,7 +240,8 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 
 STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
-                 "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers"]
+                 "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
+                 "paused"]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -275,9 +284,28 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                  read_only=args.read_only, token=args.token, refresh=args.refresh)
 
 
+def cmd_pause(args: argparse.Namespace) -> int:
+    """``portq pause URL QUEUE``: no worker claims the queue's jobs until ``resume``."""
+    with _open(args) as q:
+        q.pause(args.queue_name)
+    print(f"paused {args.queue_name}: workers claim none of its jobs from their next poll; "
+          f"running jobs finish")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """``portq resume URL QUEUE``: workers claim the queue's jobs again."""
+    with _open(args) as q:
+        q.resume(args.queue_name)
+    print(f"resumed {args.queue_name}")
+    return 0
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.3f}"
     if isinstance(value, datetime):
@@ -636,17 +664,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="higher runs first among due jobs (default 0)")
     duration(p, "--delay", None, "run no earlier than this from now (default: now)")
     p.add_argument("--key", default=None,
-                   help="idempotency key: an existing job of this key is returned instead")
+                   help="idempotency key, unique across all queues unless scoped below: an "
+                        "existing job of this key is returned instead")
     p.add_argument("--max-attempts", type=_positive, default=None,
                    help="attempts before the job is dead (default 25)")
+    p.add_argument("--unique-per-queue", action="store_true",
+                   help="scope --key to this queue")
+    duration(p, "--unique-for", None, "scope --key to jobs created within this long (e.g. 1h)")
+    p.add_argument("--unique-states", default=None, metavar="STATES",
+                   help="scope --key to jobs in these states, e.g. ready,running")
 
     p = command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst)",
                 json_help=None)
-    p.add_argument("--queue", action="append", required=True,
-                   help="queue to serve; repeat for more (served round-robin)")
-    p.add_argument("--handler", required=True,
+    p.add_argument("--queue", action="append", default=None,
+                   help="queue to serve; repeat for more (served round-robin); with --app: "
+                        "narrows its tasks' queues")
+    p.add_argument("--handler", default=None,
                    help="module:function taking a portq.Job (def, or async def: awaited on "
                         "an event loop of the handler thread)")
+    p.add_argument("--app", default=None, metavar="MODULE",
+                   help="module of @portq.task functions: serve their queues, running each "
+                        "job's named task (a job naming an unknown task goes dead)")
     p.add_argument("--concurrency", type=_positive, default=4,
                    help="handler threads: jobs run at once (default 4)")
     duration(p, "--lease", 30.0, "how long a claimed job is this worker's before another "
@@ -759,6 +797,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_positive, default=50, help="most jobs shown (default 50)")
     p.add_argument("--after-id", type=_non_negative, default=0, metavar="ID",
                    help="start after this job id (the next page)")
+
+    p = command("pause", cmd_pause, "stop every worker claiming a queue's jobs (persisted; "
+                                    "running jobs finish)")
+    p.add_argument("queue_name", metavar="QUEUE")
+    p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
+    p.add_argument("queue_name", metavar="QUEUE")
+
 
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID",

@@ -133,6 +133,7 @@ class QueueStats:
     failed_1h: int = 0
     succeeded_1h: int = 0
     retry_rate: float | None = None
+    paused: bool = False   # claims of the queue return nothing (Queue.pause)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -26,6 +26,23 @@ from portq.url import DatabaseURL
 
 
 @dataclass(frozen=True)
+class UniqueScope:
+    """Where a scoped key is unique (built by :meth:`portq.Queue.new_job`): ``hash`` is the
+    SHA-256 of the scope and key; a live job is one created less than ``period_ms`` ago
+    (None: any age) whose state is in ``states`` (None: any state)."""
+
+    hash: str
+    period_ms: int | None = None
+    states: tuple[str, ...] | None = None
+
+    def holds_key(self, row: Sequence[Any] | None) -> bool:
+        """Whether the key's latest job still holds the key, from its ``unique_job`` row
+        (state, created within the period; None when the job is gone)."""
+        return row is not None and bool(row[1]) and \
+            (self.states is None or row[0] in self.states)
+
+
+@dataclass(frozen=True)
 class NewJob:
     """A validated job about to be inserted (built by :meth:`portq.Queue.enqueue`)."""
 
@@ -36,6 +53,7 @@ class NewJob:
     delay_ms: int = 0
     max_attempts: int = 25
     key: str | None = None
+    unique: UniqueScope | None = None
 
 
 class Backend(ABC):
@@ -137,7 +155,23 @@ class Backend(ABC):
 
     @abstractmethod
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        """Per-queue counts and the oldest ready job's age, by the database clock."""
+        """Per-queue counts and the oldest ready job's age, by the database clock; a paused
+        queue is listed (``paused=True``) even when it holds no job."""
+
+    @abstractmethod
+    def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause a queue (every claim of it returns nothing, on every worker, from the
+        next claim on; running jobs finish normally) or resume it. Idempotent."""
+
+    @abstractmethod
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """At most ``max_running`` running jobs of ``queue`` across every worker (None: no
+        limit), enforced in the claim transaction; other workers see a new limit within
+        ``LIMIT_RECHECK_S`` (portq/backends/base.py) seconds."""
+
+    @abstractmethod
+    def paused_queues(self) -> list[str]:
+        """The paused queues, sorted."""
 
     @abstractmethod
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,

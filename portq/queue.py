@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -25,7 +26,7 @@ from portq.job import (
     State,
     WorkerInfo,
 )
-from portq.protocol import NewJob
+from portq.protocol import NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.url import parse_url
 
@@ -99,6 +100,47 @@ def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
     return value
 
 
+def validate_priority(priority: Any) -> int:
+    """Return ``priority`` if it is an integer in 32-bit range (higher runs first)."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or \
+            not -INT32 <= priority <= INT32:
+        raise ConfigurationError(f"priority must be an integer in 32-bit range, "
+                                 f"got {priority!r}")
+    return priority
+
+
+UNIQUE_OPTIONS = ("unique_per_queue", "unique_for", "unique_states")
+
+
+def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
+                 unique_for: float | None = None,
+                 unique_states: Sequence[str] | None = None) -> UniqueScope | None:
+    """The scope of a scoped ``key`` (None when no scope is asked for). The key is unique
+    among the jobs of ``queue`` with ``unique_per_queue`` (else of every queue), and an
+    existing job of it counts only while younger than ``unique_for`` seconds and in one
+    of ``unique_states``; otherwise the enqueue creates a new job. A scoped key lives
+    apart from plain keys and is not the job's ``key`` (which stays None)."""
+    if not unique_per_queue and unique_for is None and unique_states is None:
+        return None
+    if key is None:
+        raise ConfigurationError("unique_per_queue, unique_for and unique_states scope a key: "
+                                 "give key= too")
+    if not isinstance(unique_per_queue, bool):
+        raise ConfigurationError(f"unique_per_queue must be True or False, "
+                                 f"got {unique_per_queue!r}")
+    period_ms = None if unique_for is None else duration_ms(unique_for, "unique_for")
+    states: tuple[str, ...] | None = None
+    if unique_states is not None:
+        names = [unique_states] if isinstance(unique_states, str) else list(unique_states)
+        bad = [s for s in names if s not in set(State)]
+        if bad or not names:
+            raise ConfigurationError(f"unique_states must be some of "
+                                     f"{', '.join(State)}; got {names!r}")
+        states = tuple(sorted(set(names)))
+    scope = json.dumps([queue if unique_per_queue else None, key], ensure_ascii=False)
+    return UniqueScope(hashlib.sha256(scope.encode("utf-8")).hexdigest(), period_ms, states)
+
+
 def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
     """Seconds (int or float) as whole milliseconds, validated."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
@@ -159,25 +201,29 @@ class Queue:
     def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,
                 max_attempts: int | None = None, key: str | None = None,
-                conn: Any = None) -> int:
+                conn: Any = None, **unique: Any) -> int:
         """Add one job and return its id (the existing job's id if ``key`` is taken).
 
         With ``conn`` (a DB-API connection of this engine's driver, or a SQLAlchemy
         ``Connection``/``Session``), the row is written in the caller's open transaction
         and becomes visible only if the caller commits. Without it, portq commits.
+
+        A ``key`` alone is unique across all queues, for ever (until its job is pruned).
+        ``unique_per_queue=True``, ``unique_for=seconds`` and ``unique_states=("ready",
+        "running")`` scope it instead (see :func:`unique_scope`).
         """
         return self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
                                    delay=delay, max_attempts=max_attempts, key=key,
-                                   conn=conn).id
+                                   conn=conn, **unique).id
 
     def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
                        run_at: datetime | None = None, delay: float | None = None,
                        max_attempts: int | None = None, key: str | None = None,
-                       conn: Any = None) -> EnqueueResult:
+                       conn: Any = None, **unique: Any) -> EnqueueResult:
         """:meth:`enqueue`, saying also whether a job was created (False: ``key`` already
         named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
-                           max_attempts=max_attempts, key=key)
+                           max_attempts=max_attempts, key=key, **unique)
         return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
@@ -195,7 +241,7 @@ class Queue:
             if not isinstance(spec, Mapping) or "queue" not in spec:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
             unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
-                                   "max_attempts", "key"}
+                                   "max_attempts", "key", *UNIQUE_OPTIONS}
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
             built.append(self.new_job(**spec))
@@ -203,13 +249,11 @@ class Queue:
 
     def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,
-                max_attempts: int | None = None, key: str | None = None) -> NewJob:
+                max_attempts: int | None = None, key: str | None = None,
+                **unique: Any) -> NewJob:
         """Validate one job's fields; raise before anything is written."""
         validate_queue(queue)
-        if isinstance(priority, bool) or not isinstance(priority, int) or \
-                not -INT32 <= priority <= INT32:
-            raise ConfigurationError(f"priority must be an integer in 32-bit range, "
-                                     f"got {priority!r}")
+        validate_priority(priority)
         if run_at is not None and delay is not None:
             raise ConfigurationError("give run_at or delay, not both")
         if run_at is not None:
@@ -229,8 +273,10 @@ class Queue:
             positive_int(max_attempts, "max_attempts")
         if key is not None:
             validate_key(key)
+        scope = unique_scope(queue, key, **unique)
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
-                      run_at=run_at, delay_ms=delay_ms, max_attempts=attempts, key=key)
+                      run_at=run_at, delay_ms=delay_ms, max_attempts=attempts,
+                      key=None if scope else key, unique=scope)
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""
@@ -355,8 +401,31 @@ class Queue:
             positive_int(limit, "limit"))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
-        """Per-queue counts, oldest-ready age and retry rate."""
+        """Per-queue counts, oldest-ready age, retry rate and whether it is paused."""
         return self.backend.stats(_queue_or_none(queue))
+
+    def pause(self, queue: str) -> None:
+        """Stop every worker, on every host, from claiming jobs of ``queue`` (from its next
+        claim: within one poll interval); running jobs finish normally. Persisted in the
+        database until :meth:`resume`; jobs may still be enqueued meanwhile."""
+        self.backend.set_paused(validate_queue(queue), True)
+
+    def resume(self, queue: str) -> None:
+        """Let workers claim jobs of ``queue`` again (undoes :meth:`pause`)."""
+        self.backend.set_paused(validate_queue(queue), False)
+
+    def paused_queues(self) -> list[str]:
+        """The paused queues, sorted."""
+        return self.backend.paused_queues()
+
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        """At most ``max_running`` jobs of ``queue`` run at once across every worker on
+        every host (None removes the limit); the rest wait ready and are claimed as running
+        ones finish. Enforced in the claim transaction; a running worker sees a new limit
+        within a second."""
+        self.backend.set_concurrency_limit(
+            validate_queue(queue),
+            None if max_running is None else positive_int(max_running, "max_running"))
 
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
              after_id: int = 0, key: str | None = None, text: str | None = None,

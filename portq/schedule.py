@@ -7,13 +7,24 @@ one job exists. Schedules are read from TOML::
     [[schedule]]
     name = "nightly-report"
     queue = "reports"
-    cron = "0 3 * * *"          # minute hour day-of-month month day-of-week, in UTC
+    cron = "0 3 * * *"          # minute hour day-of-month month day-of-week
+    timezone = "Europe/Paris"   # IANA zone of the cron fields (default UTC)
     payload = { kind = "nightly" }
+    priority = 5                # optional, as Queue.enqueue
+    max_attempts = 3            # optional, as Queue.enqueue
 
 Cron fields accept ``*``, numbers, ranges ``a-b``, steps ``*/n`` / ``a-b/n`` / ``a/n``,
 lists ``a,b``, month names ``jan``-``dec`` and day names ``sun``-``sat`` (0 and 7 are
 Sunday). As in Vixie cron, when both day-of-month and day-of-week are restricted (neither
-starts with ``*``), a day matches if either does.
+starts with ``*``), a day matches if either does. The shortcuts ``@hourly``, ``@daily``
+(``@midnight``), ``@weekly``, ``@monthly`` and ``@yearly`` (``@annually``) stand for their
+5-field forms.
+
+With a ``timezone``, the fields are wall-clock times of that zone, and each due wall-clock
+time runs once across daylight-saving changes: a time the clocks skip (02:30 on the night
+of spring-forward in Europe/Paris) runs once, shifted by the gap (03:30 summer time); a
+time the clocks repeat (02:30 on the night of fall-back) runs once, at its first
+occurrence.
 """
 
 from __future__ import annotations
@@ -23,13 +34,14 @@ import re
 import threading
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from portq.errors import ConfigurationError
-from portq.queue import Queue, validate_queue
+from portq.queue import Queue, positive_int, validate_priority, validate_queue
 
 log = logging.getLogger("portq.schedule")
 _MONTHS = {m: i + 1 for i, m in enumerate(
@@ -37,6 +49,23 @@ _MONTHS = {m: i + 1 for i, m in enumerate(
 _DAYS = {d: i for i, d in enumerate(["sun", "mon", "tue", "wed", "thu", "fri", "sat"])}
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 MAX_YEARS_AHEAD = 8  # "0 0 29 2 1" (Feb 29th or any Monday) etc. always match sooner
+REPEAT_BACKOFF = timedelta(hours=3)  # longer than any daylight-saving shift in the tz database
+SHORTCUTS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+             "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *",
+             "@annually": "0 0 1 1 *"}
+
+
+def time_zone(name: Any) -> tzinfo:
+    """The IANA time zone ``name`` (e.g. ``"Europe/Paris"``); ConfigurationError if unknown."""
+    if not isinstance(name, str) or not name:
+        raise ConfigurationError(f"timezone {name!r} must be an IANA zone name such as "
+                                 "'Europe/Paris'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigurationError(
+            f"unknown timezone {name!r}: use an IANA zone name such as 'Europe/Paris' (if "
+            "this system has no time zone database, pip install tzdata)") from None
 
 
 def _parse_field(text: str, low: int, high: int, names: Mapping[str, int],
@@ -77,7 +106,7 @@ def _parse_field(text: str, low: int, high: int, names: Mapping[str, int],
 
 @dataclass(frozen=True)
 class Cron:
-    """A parsed 5-field cron expression, evaluated in UTC."""
+    """A parsed 5-field cron expression, evaluated in the wall-clock time of ``tz``."""
 
     text: str
     minutes: frozenset[int]
@@ -86,9 +115,18 @@ class Cron:
     months: frozenset[int]
     weekdays: frozenset[int]   # 0 = Sunday
     day_or: bool               # both day fields restricted: either may match
+    tz: tzinfo = UTC
 
     @classmethod
-    def parse(cls, text: str) -> Cron:
+    def parse(cls, text: str, timezone: str | None = None) -> Cron:
+        """Parse ``text`` (5 fields or a shortcut such as ``@daily``) in ``timezone``."""
+        tz = UTC if timezone is None else time_zone(timezone)
+        shortcut = text.strip().lower() if isinstance(text, str) else ""
+        if shortcut.startswith("@"):
+            if shortcut not in SHORTCUTS:
+                raise ConfigurationError(f"cron shortcut {text!r} is not one of "
+                                         f"{', '.join(SHORTCUTS)}")
+            return replace(cls.parse(SHORTCUTS[shortcut], timezone), text=shortcut)
         fields = text.split() if isinstance(text, str) else []
         if len(fields) != 5:
             raise ConfigurationError(
@@ -104,6 +142,7 @@ class Cron:
             months=_parse_field(month, 1, 12, _MONTHS, "month"),
             weekdays=frozenset(d % 7 for d in weekdays),
             day_or=not dom.startswith("*") and not dow.startswith("*"),
+            tz=tz,
         )
 
     def _day_matches(self, t: datetime) -> bool:
@@ -112,13 +151,51 @@ class Cron:
         return (in_month or in_week) if self.day_or else (in_month and in_week)
 
     def matches(self, t: datetime) -> bool:
-        """True if the minute ``t`` (UTC) is a due time."""
+        """True if the minute ``t`` (aware, or naive wall-clock time of ``tz``) matches."""
+        if t.tzinfo is not None:
+            t = t.astimezone(self.tz).replace(tzinfo=None)
         return (t.minute in self.minutes and t.hour in self.hours
                 and t.month in self.months and self._day_matches(t))
 
     def next_after(self, after: datetime) -> datetime:
-        """The first due minute strictly after ``after`` (an aware datetime), in UTC."""
-        t = _utc(after).replace(second=0, microsecond=0) + timedelta(minutes=1)
+        """The first due time strictly after ``after`` (an aware datetime), in UTC.
+
+        Due times are matching wall-clock minutes of ``tz``. One the clocks skip maps to the
+        instant its pre-transition offset gives (shifted by the gap); one they repeat runs
+        at its first occurrence only, unless the hour field is ``*``: such an entry keeps
+        its real-time cadence and runs in both passes of the repeated hour (as Vixie cron
+        runs its wildcard-hour jobs)."""
+        after = _utc(after)
+        # start a little before ``after``'s wall time: its repeated hour may lie behind it
+        local = after.astimezone(self.tz).replace(tzinfo=None) - REPEAT_BACKOFF
+        best: datetime | None = None
+        horizon: datetime | None = None
+        # offsets make instants out of order only among walls less than a shift apart
+        while horizon is None or local <= horizon:
+            local = self._next_wall_time(local)
+            for due in self._instants(local):
+                if due > after and (best is None or due < best):
+                    best, horizon = due, horizon or local + REPEAT_BACKOFF
+        assert best is not None
+        return best
+
+    def _instants(self, wall: datetime) -> list[datetime]:
+        """The UTC instants at which wall-clock minute ``wall`` of ``tz`` is due."""
+        first = wall.replace(tzinfo=self.tz, fold=0).astimezone(UTC)
+        if not self.every_hour:
+            return [first]
+        second = wall.replace(tzinfo=self.tz, fold=1).astimezone(UTC)
+        exists = first.astimezone(self.tz).replace(tzinfo=None) == wall
+        return [first, second] if exists and second != first else [first]
+
+    @property
+    def every_hour(self) -> bool:
+        """True when the hour field is ``*`` (every hour of the day)."""
+        return len(self.hours) == 24
+
+    def _next_wall_time(self, after: datetime) -> datetime:
+        """The first matching naive wall-clock minute strictly after naive ``after``."""
+        t = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
         limit = t.year + MAX_YEARS_AHEAD
         while t.year <= limit:
             if t.month not in self.months:
@@ -173,7 +250,8 @@ def parse_schedules(entries: Any, source: str = "schedule") -> list[Schedule]:
         where = f"{source}: [[schedule]] #{i + 1}"
         if not isinstance(entry, dict):
             raise ConfigurationError(f"{where} is not a table")
-        unknown = set(entry) - {"name", "queue", "cron", "payload", "priority", "max_attempts"}
+        unknown = set(entry) - {"name", "queue", "cron", "timezone", "payload", "priority",
+                                "max_attempts"}
         missing = {"name", "queue", "cron"} - set(entry)
         if unknown or missing:
             raise ConfigurationError(f"{where}: missing {sorted(missing)}, "
@@ -184,9 +262,11 @@ def parse_schedules(entries: Any, source: str = "schedule") -> list[Schedule]:
                                      "letters, digits, '_', '.' and '-'")
         try:
             schedule = Schedule(name=name, queue=validate_queue(entry["queue"]),
-                                cron=Cron.parse(entry["cron"]), payload=entry.get("payload"),
-                                priority=entry.get("priority", 0),
-                                max_attempts=entry.get("max_attempts"))
+                                cron=Cron.parse(entry["cron"], entry.get("timezone")),
+                                payload=entry.get("payload"),
+                                priority=validate_priority(entry.get("priority", 0)),
+                                max_attempts=None if "max_attempts" not in entry else
+                                positive_int(entry["max_attempts"], "max_attempts"))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where} ({name}): {exc}") from None
         out.append(schedule)

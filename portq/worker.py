@@ -616,7 +616,7 @@ class Worker:
         ``reap_delay`` (until then it is ready but not yet due, and would be left behind)."""
         if time.monotonic() < self._reaped_due_by:
             return False
-        return all(s.ready == 0 and s.running == 0
+        return all((s.ready == 0 or s.paused) and s.running == 0  # paused: left for later
                    for name in self.queues for s in self.queue.stats(name))
 
     def _reap(self) -> None:

@@ -48,6 +48,7 @@ SAMPLE: dict[str, Any] = {
     "result": "{}", "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
     "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
+    "hash": "0" * 64, "period_ms": 5, "paused": 1, "max_running": 2,
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
@@ -56,7 +57,9 @@ BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "ins
                 "jobs", "complete_many", "renew_many", "jobs_newest", "jobs_by_run_at", "job",
                 "retry_many", "cancel_many", "delete_finished", "finished_per_minute",
                 "expire_workers", "register_worker", "worker_heartbeat", "deregister_worker",
-                "workers"}
+                "workers", "unique_ensure", "unique_lock", "unique_job", "unique_point",
+                "set_paused", "queue_control", "running_count", "set_concurrency_limit",
+                "paused_queues"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until"]
 
@@ -158,6 +161,39 @@ def test_worker_registry_table_matches_postgres(engine: str) -> None:
 def test_oracle_statements_have_no_trailing_semicolon() -> None:
     for label, sql in _statements("oracle", "portq_"):
         assert not sql.rstrip().endswith(";"), label
+
+
+# ---- scoped uniqueness -------------------------------------------------------------------
+
+def test_sqlserver_scoped_key_row_is_locked_to_commit() -> None:
+    """UPDLOCK + HOLDLOCK: the probe of unique_ensure and the read of unique_lock keep the
+    key's row (or its key range) locked until commit, so concurrent enqueues of one key
+    take turns; the job is read with READCOMMITTEDLOCK (not a row version under RCSI)."""
+    q = load_queries("sqlserver")
+    assert "WITH (UPDLOCK, HOLDLOCK)" in q["unique_ensure"]
+    assert "WITH (UPDLOCK, ROWLOCK, HOLDLOCK)" in q["unique_lock"]
+    assert "WITH (READCOMMITTEDLOCK)" in q["unique_job"]
+
+
+@pytest.mark.parametrize(("engine", "name"), [("sqlserver", "claim"), ("oracle", "claim_lock")])
+def test_claims_skip_a_paused_queue(engine: str, name: str) -> None:
+    """The claim's own statement checks the queue's pause flag (a primary-key probe), so
+    a pause reaches every worker at its next claim."""
+    sql = " ".join(load_queries(engine)[name].split())
+    assert "AND NOT EXISTS (SELECT 1 FROM portq_queue" in sql
+    assert "p.queue = :queue AND p.paused = 1)" in sql
+
+
+def test_sqlserver_set_paused_merges_under_holdlock() -> None:
+    assert "MERGE INTO portq_queue WITH (HOLDLOCK)" in load_queries("sqlserver")["set_paused"]
+
+
+def test_oracle_scoped_key_row_is_locked_by_a_plain_for_update() -> None:
+    q = load_queries("oracle")
+    assert q["unique_lock"].rstrip().endswith("FOR UPDATE")
+    assert "MERGE INTO portq_job_unique" in q["unique_ensure"]
+    (tree,) = _parse("oracle", bind(q["unique_ensure"], SAMPLE, "named").sql)
+    assert isinstance(tree, exp.Merge)
 
 
 # ---- claim shapes ------------------------------------------------------------------------

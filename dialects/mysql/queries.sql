@@ -68,6 +68,9 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 SELECT job_id FROM portq_job
 WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
   AND attempts < max_attempts
+  -- a paused queue claims nothing: a primary-key probe; FOR UPDATE does not lock the
+  -- rows of a subquery that has no locking clause of its own
+  AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
 ORDER BY priority DESC, run_at, job_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -381,3 +384,54 @@ VALUES (:job_id, :generation, :result, UTC_TIMESTAMP(6));
 -- name: job_result
 SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = 'succeeded';
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist, so that the next statement can lock
+-- it (a concurrent enqueue of the same key waits there). Not INSERT IGNORE, which would
+-- hide other errors too. See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON DUPLICATE KEY UPDATE unique_hash = unique_hash;
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL). A locking read (shared) sees the latest committed row whatever the
+-- isolation level, where a plain read in REPEATABLE READ would use an older snapshot.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > UTC_TIMESTAMP(6) - INTERVAL (:period_ms * 1000) MICROSECOND
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id
+LOCK IN SHARE MODE;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, :paused, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs. No row: no limit.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+
+-- name: running_count
+-- A locking read would wait on claimers' locks; a plain one at READ COMMITTED sees what
+-- the previous holder of the queue_control lock committed.
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, :max_running, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE concurrency_limit = :max_running, updated_at = UTC_TIMESTAMP(6);

@@ -119,3 +119,32 @@ CREATE TABLE IF NOT EXISTS portq_result (
     CONSTRAINT portq_result_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
         ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- migration: 6
+-- Scoped uniqueness (Queue.enqueue(unique_for=, unique_states=, unique_per_queue=)): one
+-- row per scoped key, the SHA-256 (hex) of the scope and key, naming the key's latest job.
+-- An enqueue locks this row (FOR UPDATE), reads the job's state and age, and either
+-- returns that job or inserts a new one and points the row at it. Deleting the job
+-- (prune) deletes its row.
+CREATE TABLE IF NOT EXISTS portq_job_unique (
+    unique_hash CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    job_id      BIGINT,
+    PRIMARY KEY (unique_hash),
+    INDEX portq_job_unique_job_idx (job_id),
+    CONSTRAINT portq_job_unique_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
+        ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- Per-queue flow control, one row per queue that has any: paused (claims of the queue
+-- return nothing while 1; running jobs finish normally).
+-- concurrency_limit: at most that many running jobs of the queue (a claim locks this row,
+-- counts them through portq_job_ready_idx's (queue, state) prefix, claims the rest).
+CREATE TABLE IF NOT EXISTS portq_queue (
+    queue             VARCHAR(128) NOT NULL,
+    paused            TINYINT      NOT NULL DEFAULT 0,
+    concurrency_limit INT,
+    updated_at        DATETIME(6)  NOT NULL,
+    PRIMARY KEY (queue),
+    CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1)),
+    CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -49,6 +49,8 @@ SELECT job_id FROM portq_job
 WHERE CASE WHEN state = 'ready' THEN queue END = :queue
   AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
   AND state = 'ready' AND attempts < max_attempts
+  -- a paused queue claims nothing (one primary-key probe; FOR UPDATE locks no row of it)
+  AND NOT EXISTS (SELECT 1 FROM portq_queue p WHERE p.queue = :queue AND p.paused = 1)
 ORDER BY CASE WHEN state = 'ready' THEN priority END DESC,
          CASE WHEN state = 'ready' THEN run_at END,
          CASE WHEN state = 'ready' THEN job_id END
@@ -358,3 +360,59 @@ INSERT INTO portq_result (job_id, generation, result) VALUES (:job_id, :generati
 -- name: job_result
 SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = 'succeeded'
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist. Two sessions inserting the same new
+-- key at once: the second waits on the first's uncommitted entry, then gets ORA-00001 if
+-- the first committed; ORA-00001 rolls back this statement only, and
+-- SqlBackend.insert_scoped runs it once more (the row exists then).
+MERGE INTO portq_job_unique u
+USING (SELECT :hash AS unique_hash FROM dual) s
+ON (u.unique_hash = s.unique_hash)
+WHEN NOT MATCHED THEN INSERT (unique_hash, job_id) VALUES (s.unique_hash, NULL)
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL); read committed: this statement's snapshot follows the lock.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+                                 - NUMTODSINTERVAL(:period_ms / 1000, 'SECOND')
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use (a concurrent
+-- first use may raise ORA-00001, as for unique_ensure: the operator runs it again).
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET paused = :paused, updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
+    VALUES (s.queue, :paused, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE
+
+-- name: running_count
+-- The CASE expression matches portq_job_running_idx (a function-based index).
+SELECT COUNT(*) FROM portq_job WHERE CASE WHEN state = 'running' THEN queue END = :queue
+
+-- name: set_concurrency_limit
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running,
+                             updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
+    VALUES (s.queue, :max_running, SYS_EXTRACT_UTC(SYSTIMESTAMP))

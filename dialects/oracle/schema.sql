@@ -99,3 +99,27 @@ CREATE TABLE portq_result (
     result     CLOB         NOT NULL,
     stored_at  TIMESTAMP(6) DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL
 );
+
+-- migration: 6
+-- Scoped uniqueness (Queue.enqueue(unique_for=, unique_states=, unique_per_queue=)): one
+-- row per scoped key, the SHA-256 (hex) of the scope and key, naming the key's latest job.
+-- An enqueue locks this row (FOR UPDATE), reads the job's state and age, and either
+-- returns that job or inserts a new one and points the row at it. Deleting the job
+-- (prune) deletes its row.
+CREATE TABLE portq_job_unique (
+    unique_hash VARCHAR2(64 BYTE) CONSTRAINT portq_job_unique_pk PRIMARY KEY,
+    job_id      NUMBER(19) CONSTRAINT portq_job_unique_job_fk
+                    REFERENCES portq_job (job_id) ON DELETE CASCADE
+);
+CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
+
+-- Per-queue flow control, one row per queue that has any: paused (claims of the queue
+-- return nothing while 1; running jobs finish normally).
+CREATE TABLE portq_queue (
+    queue      VARCHAR2(128 CHAR) CONSTRAINT portq_queue_pk PRIMARY KEY,
+    paused     NUMBER(1)    DEFAULT 0 NOT NULL CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1)),
+    -- at most that many running jobs of the queue (a claim locks this row, counts them)
+    concurrency_limit NUMBER(10) CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0),
+    updated_at TIMESTAMP(6) DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL
+);
+CREATE INDEX portq_job_running_idx ON portq_job (CASE WHEN state = 'running' THEN queue END);

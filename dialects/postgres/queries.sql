@@ -71,6 +71,8 @@ FROM (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND state = 'ready' AND run_at <= now()
       AND attempts < max_attempts
+      -- a paused queue claims nothing: one primary-key probe, a one-time filter
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -348,3 +350,52 @@ VALUES (:job_id, :generation, CAST(:result AS jsonb));
 -- name: job_result
 SELECT r.result::text FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = 'succeeded';
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist, so that the next statement can lock
+-- it (a concurrent enqueue of the same key waits there). See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON CONFLICT (unique_hash) DO NOTHING;
+
+-- name: unique_lock
+-- Lock the scoped key's row: its latest job id (NULL when none or pruned). A waiter re-reads
+-- the row its predecessor committed; the job is read by the next statement, whose fresh
+-- READ COMMITTED snapshot sees that job (a join here would not: lab).
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL).
+SELECT state,
+       CASE WHEN CAST(:period_ms AS bigint) IS NULL
+                 OR created_at > now() - CAST(:period_ms AS bigint) * interval '1 millisecond'
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, CAST(:paused AS integer) = 1, now())
+ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at;
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
+-- queue take turns counting its running jobs. No row: no limit (and no lock).
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+
+-- name: running_count
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, CAST(:max_running AS integer), now())
+ON CONFLICT (queue) DO UPDATE SET concurrency_limit = EXCLUDED.concurrency_limit,
+                                  updated_at = EXCLUDED.updated_at;

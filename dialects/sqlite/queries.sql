@@ -42,6 +42,8 @@ WHERE job_id IN (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND state = 'ready' AND attempts < max_attempts
       AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+      -- a paused queue claims nothing (one primary-key probe)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until;
@@ -325,3 +327,50 @@ VALUES (:job_id, :generation, :result,
 -- name: job_result
 SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = 'succeeded';
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist (taking the write lock), so that the
+-- next statement can read it. See schema.sql, migration 6.
+INSERT INTO portq_job_unique (unique_hash, job_id) VALUES (:hash, NULL)
+ON CONFLICT (unique_hash) DO NOTHING;
+
+-- name: unique_lock
+-- The scoped key's latest job id (NULL when none or pruned); the write lock is held.
+SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago (1 when
+-- :period_ms is NULL).
+SELECT state,
+       CASE WHEN :period_ms IS NULL OR created_at >
+                 CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :period_ms * 1000
+            THEN 1 ELSE 0 END
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use.
+INSERT INTO portq_queue (queue, paused, updated_at)
+VALUES (:queue, :paused, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at;
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, read in the claim's transaction (BEGIN IMMEDIATE holds
+-- the write lock: concurrent claimers take turns). No row: no limit.
+SELECT concurrency_limit FROM portq_queue WHERE queue = :queue;
+
+-- name: running_count
+SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
+
+-- name: set_concurrency_limit
+-- At most :max_running running jobs of the queue (NULL: no limit); the row is made on
+-- first use.
+INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
+VALUES (:queue, :max_running, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
+                                  updated_at = excluded.updated_at;

@@ -74,3 +74,27 @@ CREATE TABLE portq_result (
     result     TEXT    NOT NULL CHECK (json_valid(result)),
     stored_at  INTEGER NOT NULL
 );
+
+-- migration: 6
+-- Scoped uniqueness (Queue.enqueue(unique_for=, unique_states=, unique_per_queue=)): one
+-- row per scoped key, the SHA-256 (hex) of the scope and key, naming the key's latest job.
+-- An enqueue locks this row (the write lock, here), reads the job's state and age, and
+-- either returns that job or inserts a new one and points the row at it. Deleting the job
+-- (prune) deletes its row: portq's connections run with PRAGMA foreign_keys = ON.
+CREATE TABLE portq_job_unique (
+    unique_hash TEXT    PRIMARY KEY CHECK (length(unique_hash) = 64),
+    job_id      INTEGER REFERENCES portq_job (job_id) ON DELETE CASCADE
+);
+CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
+
+-- Per-queue flow control, one row per queue that has any: paused (claims of the queue
+-- return nothing while 1; running jobs finish normally); concurrency_limit (at most that
+-- many running jobs of the queue: a claim locks this row, counts them, claims the rest).
+CREATE TABLE portq_queue (
+    queue             TEXT    PRIMARY KEY CHECK (length(queue) BETWEEN 1 AND 128),
+    paused            INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    concurrency_limit INTEGER CHECK (concurrency_limit > 0),
+    updated_at        INTEGER NOT NULL
+);
+-- counts a queue's running jobs (bounded by its limit) for the claim
+CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = 'running';

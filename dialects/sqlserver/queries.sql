@@ -105,6 +105,8 @@ WITH c AS (
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
+      -- a paused queue claims nothing (one primary-key probe)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
     ORDER BY priority DESC, run_at, job_id
 )
 UPDATE c
@@ -412,3 +414,63 @@ INSERT INTO portq_result (job_id, generation, result) VALUES (:job_id, :generati
 -- name: job_result
 SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = N'succeeded';
+
+-- name: unique_ensure
+-- Scoped uniqueness: make the scoped key's row exist; UPDLOCK + HOLDLOCK on the probe
+-- keeps two sessions from both inserting it (the key range stays locked to commit).
+INSERT INTO portq_job_unique (unique_hash, job_id)
+SELECT :hash, NULL
+WHERE NOT EXISTS (SELECT 1 FROM portq_job_unique WITH (UPDLOCK, HOLDLOCK)
+                  WHERE unique_hash = :hash);
+
+-- name: unique_lock
+-- Lock the scoped key's row (UPDLOCK, held to commit): its latest job id (NULL when none).
+SELECT job_id FROM portq_job_unique WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+WHERE unique_hash = :hash;
+
+-- name: unique_job
+-- That job's state, and whether it was created less than :period_ms ago. READCOMMITTEDLOCK:
+-- under READ_COMMITTED_SNAPSHOT a row-versioned read could miss the job a predecessor
+-- just committed.
+SELECT state,
+       CASE WHEN :period_ms IS NULL
+                 OR created_at > DATEADD(MILLISECOND, -CAST(:period_ms % 86400000 AS INT),
+                                         DATEADD(DAY, -CAST(:period_ms / 86400000 AS INT),
+                                                 SYSUTCDATETIME()))
+            THEN 1 ELSE 0 END
+FROM portq_job WITH (READCOMMITTEDLOCK)
+WHERE job_id = :job_id;
+
+-- name: unique_point
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+
+-- name: set_paused
+-- Pause (:paused = 1) or resume (0) a queue; the row is made on first use. HOLDLOCK on
+-- the MERGE target keeps two first uses from both inserting.
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET paused = :paused, updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
+    VALUES (s.queue, :paused, SYSUTCDATETIME());
+
+-- name: paused_queues
+SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
+
+-- name: queue_control
+-- The queue's concurrency limit, update-locked to the end of the claim's transaction:
+-- claimers of a limited queue take turns counting its running jobs.
+SELECT concurrency_limit FROM portq_queue WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+WHERE queue = :queue;
+
+-- name: running_count
+-- READCOMMITTEDLOCK: under READ_COMMITTED_SNAPSHOT a row version could miss the running
+-- jobs the previous lock holder committed.
+SELECT COUNT(*) FROM portq_job WITH (READCOMMITTEDLOCK)
+WHERE queue = :queue AND state = N'running';
+
+-- name: set_concurrency_limit
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running, updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
+    VALUES (s.queue, :max_running, SYSUTCDATETIME());

@@ -126,3 +126,29 @@ CREATE TABLE portq_result (
     result     NVARCHAR(MAX) NOT NULL,
     stored_at  DATETIME2(6)  NOT NULL CONSTRAINT portq_result_stored_df DEFAULT SYSUTCDATETIME()
 );
+
+-- migration: 6
+-- Scoped uniqueness (Queue.enqueue(unique_for=, unique_states=, unique_per_queue=)): one
+-- row per scoped key, the SHA-256 (hex, ASCII) of the scope and key, naming the key's
+-- latest job. An enqueue locks this row (UPDLOCK, HOLDLOCK), reads the job's state and age,
+-- and either returns that job or inserts a new one and points the row at it. Deleting the
+-- job (prune) deletes its row.
+CREATE TABLE portq_job_unique (
+    unique_hash CHAR(64) COLLATE Latin1_General_100_BIN2 NOT NULL
+                    CONSTRAINT portq_job_unique_pk PRIMARY KEY,
+    job_id      BIGINT NULL CONSTRAINT portq_job_unique_job_fk
+                    REFERENCES portq_job (job_id) ON DELETE CASCADE
+);
+CREATE INDEX portq_job_unique_job_idx ON portq_job_unique (job_id);
+
+-- Per-queue flow control, one row per queue that has any: paused (claims of the queue
+-- return nothing while 1; running jobs finish normally).
+CREATE TABLE portq_queue (
+    queue      NVARCHAR(128) COLLATE Latin1_General_100_BIN2 NOT NULL
+                   CONSTRAINT portq_queue_pk PRIMARY KEY,
+    paused     BIT          NOT NULL CONSTRAINT portq_queue_paused_df DEFAULT 0,
+    -- at most that many running jobs of the queue (a claim locks this row, counts them)
+    concurrency_limit INT NULL CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0),
+    updated_at DATETIME2(6) NOT NULL CONSTRAINT portq_queue_updated_df DEFAULT SYSUTCDATETIME()
+);
+CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = N'running';

@@ -52,6 +52,8 @@ log = logging.getLogger("portq.backend")
 T = TypeVar("T")
 #: the orders of :meth:`SqlBackend.jobs` and the statement of each
 JOB_ORDERS = {"id": "jobs", "-id": "jobs_newest", "run_at": "jobs_by_run_at"}
+#: a worker that found no concurrency limit on a queue looks again after this long
+LIMIT_RECHECK_S = 1.0
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 #: longest idle sleep of a worker that only polls: a new job waits at most this long
 POLL_IDLE_MAX = 0.25
@@ -114,6 +116,8 @@ class SqlBackend(Backend):
         self.queries = load_queries(self.engine, self.prefix)
         self.pool = Pool(self.open_connection, max_size=pool_size, timeout=pool_timeout)
         self._lock = threading.Lock()
+        # queue -> monotonic time until which it is known to have no concurrency limit
+        self._unlimited_until: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
@@ -407,10 +411,10 @@ class SqlBackend(Backend):
     def enqueue_results(self, jobs: Sequence[NewJob],
                         conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
-            return self.run("enqueue", lambda cur: self.insert_jobs(cur, jobs))
+            return self.run("enqueue", lambda cur: self.insert_all(cur, jobs))
         cur = conn.cursor()
         try:
-            return self.insert_jobs(cur, jobs)
+            return self.insert_all(cur, jobs)
         except Exception as exc:
             # the caller's transaction: only a missing table becomes portq's error; a
             # deadlock or a lost connection stays the driver's, for the caller to handle
@@ -420,6 +424,50 @@ class SqlBackend(Backend):
             raise
         finally:
             close_quietly(cur)
+
+    def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """:meth:`insert_jobs` for runs of jobs without a uniqueness scope, and
+        :meth:`insert_scoped` for each job with one; results in the order given."""
+        if all(job.unique is None for job in jobs):
+            return self.insert_jobs(cur, jobs)
+        results: list[EnqueueResult] = []
+        start = 0
+        while start < len(jobs):
+            end = start
+            while end < len(jobs) and jobs[end].unique is None:
+                end += 1
+            if end > start:
+                results += self.insert_jobs(cur, jobs[start:end])
+            else:
+                results.append(self.insert_scoped(cur, jobs[start]))
+                end = start + 1
+            start = end
+        return results
+
+    def insert_scoped(self, cur: Any, job: NewJob) -> EnqueueResult:
+        """Enqueue ``job`` unless its scoped key's latest job is still live in its scope
+        (then that job's id, ``created=False``). The key's row is locked first, so that
+        concurrent enqueues of one scoped key take turns (schema.sql, migration 6)."""
+        unique = job.unique
+        assert unique is not None
+        params = {"hash": unique.hash}
+        try:
+            self.execute(cur, "unique_ensure", params)
+        except Exception as exc:  # Oracle's MERGE: a concurrent first insert of the key
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise
+            self.execute(cur, "unique_ensure", params)  # the row exists now
+        locked = self.execute(cur, "unique_lock", params).fetchone()
+        if locked is not None and locked[0] is not None and unique.holds_key(self.execute(
+                cur, "unique_job", {"job_id": locked[0], "period_ms": unique.period_ms}
+        ).fetchone()):
+            return EnqueueResult(int(locked[0]), False)
+        result = self.insert_job(cur, self.job_params(job))
+        if result is None:
+            raise DatabaseError("a scoped-unique job has no job key, yet its insert conflicted")
+        self.execute(cur, "unique_point", {**params, "job_id": result.id})
+        self.announce(cur, [job.queue])
+        return result
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
@@ -465,8 +513,37 @@ class SqlBackend(Backend):
 
     def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
-        rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+        if self.known_unlimited(queue):
+            rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+        else:
+            rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params))
         return [self.job_from_row(row, worker_id) for row in rows]
+
+    def known_unlimited(self, queue: str) -> bool:
+        """True while a claim of ``queue`` found no concurrency limit less than
+        ``LIMIT_RECHECK_S`` ago: its claims skip the limit's extra statements until then."""
+        return self._unlimited_until.get(queue, 0.0) > time.monotonic()
+
+    def claim_within_limit(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+        """Claim in the open transaction, at most the queue's concurrency limit minus its
+        running jobs: the limit's row stays locked to commit, so claimers of the queue on
+        every host take turns and never exceed it together."""
+        queue = params["queue"]
+        row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
+        if row is None or row[0] is None:
+            self._unlimited_until[queue] = time.monotonic() + LIMIT_RECHECK_S
+            return self.claim_rows(cur, params)
+        self._unlimited_until.pop(queue, None)
+        running = int(self.execute(cur, "running_count", {"queue": queue}).fetchone()[0])
+        free = int(row[0]) - running
+        if free <= 0:
+            return []
+        return self.claim_rows(cur, {**params, "limit": min(int(params["limit"]), free)})
+
+    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
+        self.run("set_concurrency_limit", lambda cur: self.execute(
+            cur, "set_concurrency_limit", {"queue": queue, "max_running": max_running}))
+        self._unlimited_until.pop(queue, None)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         """Claim in the open transaction; rows are CLAIM_COLUMNS. Default: one statement."""
@@ -597,10 +674,11 @@ class SqlBackend(Backend):
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
 
-        def go(cur: Any) -> tuple[list[Any], list[Any]]:
+        def go(cur: Any) -> tuple[list[Any], list[Any], set[str]]:
             return (list(self.execute(cur, "stats", params).fetchall()),
-                    list(self.execute(cur, "attempt_stats", params).fetchall()))
-        rows, attempt_rows = self.run("stats", go, write=False)
+                    list(self.execute(cur, "attempt_stats", params).fetchall()),
+                    {str(r[0]) for r in self.execute(cur, "paused_queues", {}).fetchall()})
+        rows, attempt_rows, paused = self.run("stats", go, write=False)
         attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
         for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
@@ -614,8 +692,21 @@ class SqlBackend(Backend):
                 queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
                 cancelled=int(cancelled or 0), oldest_ready_age_s=age, failed_1h=failed_1h,
-                succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None))
+                succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None,
+                paused=q in paused))
+        listed = {s.queue for s in out}
+        out += [QueueStats(queue=q, ready=0, scheduled=0, running=0, succeeded=0, dead=0,
+                           cancelled=0, oldest_ready_age_s=None, paused=True)
+                for q in paused - listed if queue in (None, q)]  # paused with no jobs
         return sorted(out, key=lambda s: s.queue)
+
+    def set_paused(self, queue: str, paused: bool) -> None:
+        self.run("pause" if paused else "resume", lambda cur: self.execute(
+            cur, "set_paused", {"queue": queue, "paused": int(paused)}))
+
+    def paused_queues(self) -> list[str]:
+        return [str(r[0]) for r in self.run("paused_queues", lambda cur: self.execute(
+            cur, "paused_queues", {}).fetchall(), write=False)]
 
     def retry_many(self, queue: str | None, states: Sequence[str], limit: int,
                    extra_attempts: int) -> int:

@@ -137,3 +137,32 @@ def stopped_counters(log_text: str) -> dict[str, int]:
     lines = [line for line in log_text.splitlines() if "worker.stopped" in line]
     assert lines, f"no worker.stopped line in:\n{log_text[-2000:]}"
     return {k: int(v) for k, v in re.findall(r"\b(\w+)=(\d+)\b", lines[-1])}
+
+
+def on_own_connections(engine_url: str, n: int,
+                       fn: Callable[[portq.Queue, int], None]) -> None:
+    """Run ``fn(queue, i)`` in ``n`` threads at once, each on a Queue (pool) of its own,
+    released together by a barrier; re-raise the first error any of them raised."""
+    from portq.conformance.plugin import TEST_PREFIX
+    queues = [portq.connect(engine_url, prefix=TEST_PREFIX) for _ in range(n)]
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def run(q: portq.Queue, i: int) -> None:
+        try:
+            barrier.wait(30)
+            fn(q, i)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(q, i)) for i, q in enumerate(queues)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        for q in queues:
+            q.close()
+    if errors:
+        raise errors[0]

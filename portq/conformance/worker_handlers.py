@@ -51,8 +51,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _append(job: Job) -> None:
-    line = json.dumps(claim_record(job)) + "\n"
+def _append(job: Job, **extra: Any) -> None:
+    line = json.dumps({**claim_record(job), **extra}) + "\n"
     with _write_lock:
         fd = os.open(os.environ["PORTQT_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
@@ -71,3 +71,11 @@ def block(job: Job) -> None:
     """Record the claim, then hang (until the process is stopped or killed)."""
     _append(job)
     time.sleep(3600)
+
+
+def span(job: Job) -> None:
+    """Sleep ``PORTQT_SLEEP`` seconds, then record the job with its handler's own start and
+    end times (``start``, ``end``: time.time()), for limits checked from handlers' clocks."""
+    start = time.time()
+    time.sleep(float(os.environ.get("PORTQT_SLEEP", "0")))
+    _append(job, start=start, end=time.time())

@@ -1,0 +1,82 @@
+"""Concurrency limits: at most N running jobs of a queue across every worker process,
+enforced in the claim transaction; the rest wait ready and run as slots free. Checked
+from the handlers' own start and end times."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import portq
+from portq.conformance.helpers import counts, wait_until
+from portq.conformance.test_worker import processes, worker_process
+from portq.conformance.worker_handlers import read_records
+
+
+def most_at_once(spans: Sequence[dict[str, Any]]) -> int:
+    """The most handler runs (start, end) that overlapped at any instant."""
+    events = sorted([(s["start"], 1) for s in spans] + [(s["end"], -1) for s in spans],
+                    key=lambda e: (e[0], e[1]))  # an end before a start at the same time
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def test_claims_stop_at_the_concurrency_limit(queue: portq.Queue, qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(5)])
+    queue.set_concurrency_limit(qname, 2)
+    first = queue.claim(qname, "w1", limit=10)
+    assert len(first) == 2
+    assert queue.claim(qname, "w2", limit=10) == []
+    assert queue.complete(first[0])
+    assert len(queue.claim(qname, "w2", limit=10)) == 1
+    queue.set_concurrency_limit(qname, None)
+    assert len(queue.claim(qname, "w3", limit=10)) == 2
+    c = counts(queue, qname)
+    assert (c["running"], c["ready"]) == (4, 0)
+
+
+def test_a_limit_of_one_queue_leaves_others_alone(queue: portq.Queue, qname: str) -> None:
+    other = f"{qname}-free"
+    queue.enqueue_many([{"queue": q, "payload": i} for q in (qname, other) for i in range(3)])
+    queue.set_concurrency_limit(qname, 1)
+    assert len(queue.claim(qname, "w", limit=10)) == 1
+    assert len(queue.claim(other, "w", limit=10)) == 3
+
+
+def test_bad_limits_are_refused(queue: portq.Queue, qname: str) -> None:
+    for bad in (0, -1, "2", True):
+        with pytest.raises(portq.ConfigurationError, match="max_running"):
+            queue.set_concurrency_limit(qname, bad)  # type: ignore[arg-type]
+
+
+def test_worker_processes_never_exceed_the_queue_limit(
+        engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
+    """Five worker processes, limit 2: never more than two handlers run at once (their own
+    timestamps), though the processes could run five; every job runs once."""
+    n, limit = 24, 2
+    queue.set_concurrency_limit(qname, limit)
+    record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        for _ in range(5):
+            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span", record, log,
+                                        "--concurrency", "1", "--idle-max", "0.2s",
+                                        "--reap-interval", "0s", sleep=0.3))
+        assert wait_until(lambda: log.read_text().count("worker.started") == 5, timeout=60)
+        ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
+        done = wait_until(lambda: counts(queue, qname)["succeeded"] == n, timeout=90)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(30)
+    assert done, (counts(queue, qname), log.read_text()[-3000:])
+    spans = read_records(record)
+    assert sorted(s["job_id"] for s in spans) == sorted(ids)
+    assert most_at_once(spans) == limit, most_at_once(spans)
+    assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
