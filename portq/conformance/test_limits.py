@@ -65,7 +65,8 @@ def test_worker_processes_never_exceed_the_queue_limit(
     record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
     with processes() as procs:
         for _ in range(5):
-            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span", record, log,
+            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span",
+                                        record, log,
                                         "--concurrency", "1", "--idle-max", "0.2s",
                                         "--reap-interval", "0s", sleep=0.3))
         assert wait_until(lambda: log.read_text().count("worker.started") == 5, timeout=60)

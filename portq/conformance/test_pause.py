@@ -56,7 +56,8 @@ def test_pause_reaches_every_worker_process_within_a_poll(
     idle_max = 0.5
     with processes() as procs:
         for _ in range(3):
-            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "record", record, log,
+            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "record",
+                                        record, log,
                                         "--concurrency", "2", "--idle-max", f"{idle_max}s",
                                         "--reap-interval", "0s", sleep=0.2))
         wait_for_records(record, 6, procs[0], log)
