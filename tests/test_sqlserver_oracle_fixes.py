@@ -709,3 +709,28 @@ def test_oracle_lock_ids_caps_the_fetch_size_and_fetches_in_rounds(limit: int) -
     assert cur.prefetchrows == cur.arraysize <= FETCH_ROWS  # type: ignore[attr-defined]
     rounds = -(-limit // FETCH_ROWS)
     assert cur.arraysize * rounds - limit < rounds        # type: ignore[attr-defined]
+
+
+def test_sqlserver_fenced_writes_compare_worker_ids_exactly() -> None:
+    """SQL Server's `=` pads the shorter string with spaces whatever the collation (ANSI
+    SQL-92 comparison), so 'owner' = 'owner ' even under _BIN2: every fenced statement that
+    matches a claim's worker id also compares DATALENGTH, which counts trailing spaces. The
+    OPENJSON batches compare with the column's collation made explicit (a WITH column has the
+    database default, and two implicit collations that differ are error 468) and read worker
+    ids as wide as the column (NVARCHAR(400), migration 2)."""
+    queries = load_queries("sqlserver")
+    fenced = [name for name, sql in queries.items()
+              if re.search(r"\bworker_id = :worker_id\s+AND DATALENGTH|\bAND worker_id = "
+                           r":worker_id\b", sql)]
+    assert {"renew", "complete", "fail", "release", "lock_owned_job"} <= set(fenced)
+    for name in fenced:
+        assert "DATALENGTH(worker_id) = DATALENGTH(:worker_id)" in queries[name], name
+    for name in ("complete_many", "renew_many"):
+        sql = queries[name]
+        assert "j.worker_id = c.worker_id COLLATE Latin1_General_100_BIN2" in sql, name
+        assert "DATALENGTH(j.worker_id) = DATALENGTH(c.worker_id)" in sql, name
+        assert "worker_id NVARCHAR(400) '$.worker_id'" in sql, name
+    column = re.search(r"ALTER COLUMN worker_id (NVARCHAR\(\d+\)) COLLATE (\w+)",
+                       "\n".join(sql for _, sql in _statements("sqlserver")))
+    assert column is not None and column.groups() == ("NVARCHAR(400)",
+                                                      "Latin1_General_100_BIN2")

@@ -124,12 +124,14 @@ UPDATE portq_job
 SET lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
                           DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: complete
 UPDATE portq_job
 SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: complete_many
@@ -143,9 +145,11 @@ SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SY
 OUTPUT inserted.job_id, inserted.attempts
 FROM OPENJSON(:claims)
      WITH (job_id BIGINT '$.job_id', generation INT '$.generation',
-           worker_id NVARCHAR(255) '$.worker_id') AS c
+           worker_id NVARCHAR(400) '$.worker_id') AS c
 JOIN portq_job AS j WITH (FORCESEEK, ROWLOCK)
-  ON j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+  ON j.job_id = c.job_id AND j.attempts = c.generation
+     AND j.worker_id = c.worker_id COLLATE Latin1_General_100_BIN2
+     AND DATALENGTH(j.worker_id) = DATALENGTH(c.worker_id)
 WHERE j.state = N'running' AND j.lease_until > SYSUTCDATETIME();
 
 -- name: renew_many
@@ -156,9 +160,11 @@ SET lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
 OUTPUT inserted.job_id, inserted.attempts
 FROM OPENJSON(:claims)
      WITH (job_id BIGINT '$.job_id', generation INT '$.generation',
-           worker_id NVARCHAR(255) '$.worker_id') AS c
+           worker_id NVARCHAR(400) '$.worker_id') AS c
 JOIN portq_job AS j WITH (FORCESEEK, ROWLOCK)
-  ON j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+  ON j.job_id = c.job_id AND j.attempts = c.generation
+     AND j.worker_id = c.worker_id COLLATE Latin1_General_100_BIN2
+     AND DATALENGTH(j.worker_id) = DATALENGTH(c.worker_id)
 WHERE j.state = N'running' AND j.lease_until > SYSUTCDATETIME();
 
 -- name: fail
@@ -172,6 +178,7 @@ SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN N'dead' EL
                        THEN SYSUTCDATETIME() END,
     worker_id = NULL, lease_until = NULL, last_error = :error
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: record_error
@@ -187,6 +194,7 @@ UPDATE portq_job
 SET state = N'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
     run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- SET expressions see the row as it was before the UPDATE, so last_error names the
@@ -403,6 +411,7 @@ ORDER BY started_at, worker_id;
 -- name: lock_owned_job
 SELECT job_id FROM portq_job WITH (UPDLOCK, ROWLOCK)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: delete_result
