@@ -41,7 +41,9 @@ FETCH_ROWS = 1000
 ID_LIST_LENGTHS = (1, 10, 100, 1000)
 #: statements whose :error is bound as a CLOB: a string over 4000 bytes would otherwise be
 #: sent as LONG, which may not appear in an expression (ORA-01461)
-CLOB_BINDS: dict[str, tuple[str, ...]] = {"fail": ("error",), "record_error": ("error",)}
+CLOB_BINDS: dict[str, tuple[str, ...]] = {
+    "fail": ("error",), "record_error": ("error",), "insert_result": ("result",),
+    "complete_many": ("claims",), "renew_many": ("claims",)}
 #: parameters bound as TIMESTAMP: python-oracledb binds a datetime as DATE by default,
 #: which drops the microseconds
 TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",)}
@@ -223,10 +225,6 @@ class OracleBackend(SqlBackend):
             value = value[0]
         return EnqueueResult(int(value), True)
 
-    def insert_result(self, cur: Any, params: dict[str, Any]) -> None:
-        cur.setinputsizes(result=oracledb.DB_TYPE_CLOB)  # a str over 4000 bytes binds as LONG
-        self.execute(cur, "insert_result", params)
-
     # ---- claim, reap, prune: lock n ids with a cursor, then act on them ------------------
 
     def lock_ids(self, cur: Any, name: str, params: dict[str, Any], limit: int) -> list[int]:
@@ -266,7 +264,6 @@ class OracleBackend(SqlBackend):
         binds (one element per updated row)."""
         size = len(json.loads(params["claims"]))
         ids, gens = cur.var(int, arraysize=size), cur.var(int, arraysize=size)
-        cur.setinputsizes(claims=oracledb.DB_TYPE_CLOB)
         self.execute(cur, op, {**params, "done_ids": ids, "done_generations": gens})
         return {(int(i), int(g)) for i, g in zip(ids.getvalue() or [], gens.getvalue() or [],
                                                   strict=True)}
