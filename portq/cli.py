@@ -737,9 +737,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("workers", cmd_workers, "the live workers: id, host, pid, queues, "
                 "concurrency, jobs in hand, last heartbeat")
-    p.add_argument("--json", action="store_true")
 
-    p = command("dashboard", cmd_dashboard, "serve the web dashboard (needs portq[web])")
+    p = command("dashboard", cmd_dashboard, "serve the web dashboard (needs portq[web])",
+                json_help=None)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; any other needs --token)")
     p.add_argument("--port", type=_port, default=8765, help="port (default 8765)")
@@ -749,8 +749,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="access token the browser must present (default: "
                         "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
                         "as they can an argument); required for a non-loopback --host")
-    p.add_argument("--refresh", type=parse_duration, default=5.0,
-                   help="how often the overview polls for new counts (default 5s)")
+    duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
     p.add_argument("--limit", type=_positive, default=1000,
@@ -800,9 +799,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("pause", cmd_pause, "stop every worker claiming a queue's jobs (persisted; "
                                     "running jobs finish)")
-    p.add_argument("queue_name", metavar="QUEUE")
+    p.add_argument("queue_name", metavar="QUEUE", help="the queue to pause")
     p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
-    p.add_argument("queue_name", metavar="QUEUE")
+    p.add_argument("queue_name", metavar="QUEUE", help="the queue to resume")
 
 
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")

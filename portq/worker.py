@@ -431,7 +431,7 @@ class Worker:
             registration.start()
         self._start_threads()
         log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
-                 "lease=%gs look_ahead=%s claim_loops=%d", self.worker_id,
+                 "lease=%gs prefetch=%s claim_loops=%d", self.worker_id,
                  self.queue.backend.engine, self.queue.url, ",".join(self.queues),
                  self.concurrency, self.lease,
                  f"auto<={self.prefetch}" if self.auto_lookahead else self.prefetch,
