@@ -144,7 +144,7 @@ PROPERTIES = (
         "test_concurrent_enqueues_of_a_scoped_key_create_one_job",
         "test_pruning_the_job_frees_its_scoped_key",
         "test_bad_scopes_are_refused",
-        "test_cli_enqueue_prints_existing_beside_the_id")),
+        "test_cli_enqueue_says_existing_with_the_id")),
     Property("pause and resume", (
         "test_a_paused_queue_claims_nothing_until_resumed",
         "test_a_paused_queue_without_jobs_is_listed_by_stats",

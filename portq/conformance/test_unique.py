@@ -4,6 +4,7 @@ under concurrent enqueues too, and in the caller's transaction."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -130,19 +131,26 @@ def test_bad_scopes_are_refused(queue: portq.Queue, qname: str, options: dict[st
     assert counts(queue, qname)["ready"] == 0
 
 
-def test_cli_enqueue_prints_existing_beside_the_id(engine_url: str, qname: str) -> None:
-    def enqueue(*extra: str) -> str:
-        return run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
-                         "--payload", "1", *extra).stdout.strip()
+def test_cli_enqueue_says_existing_with_the_id(engine_url: str, qname: str) -> None:
+    """``portq enqueue --key`` says whether it created the job or found the live one, in
+    words and in ``--json``."""
+    def enqueue(*extra: str) -> dict[str, object]:
+        out = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+                        "--payload", "1", "--json", *extra).stdout
+        return json.loads(out)  # type: ignore[no-any-return]
 
     first = enqueue("--key", f"{qname}-cli")
-    assert first.isdigit()
-    assert enqueue("--key", f"{qname}-cli") == f"{first} existing"
-    scoped = enqueue("--key", f"{qname}-cli", "--unique-per-queue", "--unique-for", "1h",
-                     "--unique-states", "ready,running")
-    assert scoped.isdigit() and scoped != first
-    assert enqueue("--key", f"{qname}-cli", "--unique-per-queue", "--unique-for", "1h",
-                   "--unique-states", "ready,running") == f"{scoped} existing"
+    assert first["created"] is True and isinstance(first["id"], int)
+    again = enqueue("--key", f"{qname}-cli")
+    assert (again["id"], again["created"]) == (first["id"], False)
+    scope = ("--key", f"{qname}-cli", "--unique-per-queue", "--unique-for", "1h",
+             "--unique-states", "ready,running")
+    scoped = enqueue(*scope)
+    assert scoped["created"] is True and scoped["id"] != first["id"]
+    assert (enqueue(*scope)["id"], enqueue(*scope)["created"]) == (scoped["id"], False)
+    text = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+                     "--payload", "1", *scope).stdout.strip()
+    assert text == f"existing job {scoped['id']} (key {qname}-cli)"
     bad = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
                     "--key", "k", "--unique-states", "ready,bogus", check=False)
     assert bad.returncode == 2 and "unique_states must be some of" in bad.stderr
