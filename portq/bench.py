@@ -153,13 +153,10 @@ def analyze_table(backend: SqlBackend) -> None:
 
 
 def drop_tables(backend: SqlBackend) -> None:
-    """Drop the result, job, error, worker and schema-version tables of ``backend``'s prefix."""
+    """Drop every table of ``backend``'s (throw-away) prefix, dependents first."""
     if backend.prefix == "portq_":
         raise ConfigurationError("refusing to drop the application's portq_ tables")
-    for table in ("result", "job_error", "job", "worker", "schema_version"):
-        def drop(cur: Any, table: str = table) -> None:
-            backend.execute(cur, f"DROP TABLE IF EXISTS {backend.prefix}{table}")
-        backend.run("bench.drop", drop)
+    backend.drop_schema()
 
 
 # ---- the claim's plan -----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """``portq conformance URL`` with a password in the URL, as users run it: the password
-appears nowhere in what it prints (test ids, -v lines, -rA captured output and logs,
-failure tracebacks with locals, skip reasons), in any form it takes in the URL."""
+appears nowhere in what it prints (the report table, failure reasons, ``--json``) nor in
+its JUnit report (captured output and logs, tracebacks), in any form it takes in the URL."""
 
 from __future__ import annotations
 
@@ -95,12 +95,17 @@ def test_conformance_output_never_shows_the_password(url_with_password: str,
     url = url_with_password
     assert parse_url(url).password == SECRET and "%40" in url
     (tmp_path / "leaky_plugin.py").write_text(textwrap.dedent(LEAKY_PLUGIN))
-    proc = run_portq("conformance", url, "-p", "leaky_plugin", "-v", "-rA", "-l",
-                     "--tb=long", "-k", "test_enqueue.py", env={"PYTHONPATH": str(tmp_path)},
-                     check=False, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out           # the planted failures failed the run
-    assert "unexpected URL" in out and "teardown failed for" in out and "PASSED" in out
+    junit = tmp_path / "report.xml"
+    proc = run_portq("conformance", url, "--junit", str(junit), "--", "-p", "leaky_plugin",
+                     "-o", "junit_logging=all", "-k", "test_enqueue.py",
+                     env={"PYTHONPATH": str(tmp_path)}, check=False, timeout=600)
+    as_json = run_portq("conformance", url, "--json", "--", "-p", "leaky_plugin",
+                        "-k", "test_enqueue.py", env={"PYTHONPATH": str(tmp_path)},
+                        check=False, timeout=600)
+    assert proc.returncode == 1 and as_json.returncode == 1, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr + junit.read_text() + as_json.stdout + as_json.stderr
+    # the planted failures are reported with their messages, the captured leaks are kept
+    assert "unexpected URL" in out and "teardown failed for" in out and " passed" in out
     assert "connecting to " in out and "using " in out   # the leaks were printed...
     redacted = parse_url(url).redacted()
     for form in (SECRET, SECRET.replace("@", "%40").replace("%x", "%25x"), "Cf-Pw"):

@@ -294,6 +294,8 @@ def test_claim_walks_the_ready_index_without_filesort(backend: MysqlBackend) -> 
             cur.execute("EXPLAIN " + sql)
             names = [d[0] for d in cur.description]
             plan = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+            # the job table's row; the pause check is a one-time primary-key SUBQUERY
+            plan = [row for row in plan if row["table"] == job]
             assert len(plan) == 1
             assert plan[0]["key"] == f"{backend.prefix}job_ready_idx"
             assert "filesort" not in (plan[0]["Extra"] or "").lower()
@@ -304,7 +306,9 @@ def test_claim_walks_the_ready_index_without_filesort(backend: MysqlBackend) -> 
             cur.execute("SHOW SESSION STATUS WHERE Variable_name IN "
                         "('Handler_read_key', 'Handler_read_next', 'Sort_rows')")
             status = {k: int(v) for k, v in cur.fetchall()}
-        assert status == {"Handler_read_key": 1, "Handler_read_next": 9, "Sort_rows": 0}
+        # one index dive into the ready index (and one primary-key probe of the pause row),
+        # then the next 9 entries in order
+        assert status == {"Handler_read_key": 2, "Handler_read_next": 9, "Sort_rows": 0}
     finally:
         with backend.transaction() as cur:
             cur.execute(f"DELETE FROM {job} WHERE queue IN (%s, %s, %s)", queues)
@@ -341,14 +345,17 @@ def test_migration_2_keeps_every_value_and_makes_identifiers_exact() -> None:
     prefix = f"pqv{uuid.uuid4().hex[:6]}_"
     old = MysqlBackend(parse_url(URL), prefix=prefix)
     try:
-        (_, v1), *_ = load_migrations("mysql", prefix)
+        # every migration but 2, as on a database migrated before 2 existed (today's
+        # claim reads the tables of later migrations); migrate() then applies 2 alone
+        migrations = load_migrations("mysql", prefix)
         with old.transaction() as cur:
             old.create_version_table(cur)
-            for statement in v1:
-                cur.execute(statement)
-            old.record_version(cur, 1)
+            for version, statements in migrations:
+                if version != 2:
+                    for statement in statements:
+                        cur.execute(statement)
+                    old.record_version(cur, version)
         q = portq.connect(URL, prefix=prefix)
-        assert q.backend.schema_version() == 1
         job_id = q.enqueue("mail", "x", key="k ")
         (job,) = q.claim("mail", "owner", lease=30)
         stale_id = q.enqueue("mail", "y")
@@ -360,8 +367,8 @@ def test_migration_2_keeps_every_value_and_makes_identifiers_exact() -> None:
             assert cur.fetchone()[0] == 1
             cur.execute(f"UPDATE {prefix}job SET state = 'ready ' WHERE job_id = %s",
                         (padded_id,))
-        assert q.migrate() == 2
-        assert q.backend.latest_version() == 2
+        assert q.migrate() == max(v for v, _ in migrations)
+        q.backend.check_schema()  # 2 is recorded now
         with old.transaction() as cur:
             cur.execute(f"SELECT queue, state, worker_id, job_key FROM {prefix}job "
                         f"WHERE job_id = %s", (job_id,))

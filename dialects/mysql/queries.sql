@@ -302,6 +302,11 @@ SELECT VERSION(), @@transaction_isolation;
 -- name: server_info_tx
 SELECT VERSION(), @@tx_isolation;
 
+-- Which server a bulk enqueue writes to (MariaDB returns ids with INSERT ... RETURNING),
+-- asked where the connection does not say (SQLAlchemy's async adapters).
+-- name: server_version
+SELECT VERSION();
+
 -- Does a table of this prefix exist (before `portq conformance` drops it)?
 -- name: table_exists
 SELECT 1 FROM information_schema.tables
@@ -400,7 +405,8 @@ SELECT job_id FROM portq_job_unique WHERE unique_hash = :hash FOR UPDATE;
 -- That job's state, and whether it was created less than :period_ms ago (1 when
 -- :period_ms is NULL). A locking read (shared) sees the latest committed row whatever the
 -- isolation level, where a plain read in REPEATABLE READ would use an older snapshot.
-SELECT state,
+-- state is VARBINARY (migration 2): CONVERT hands the driver str, as holds_key compares.
+SELECT CONVERT(state USING utf8mb4),
        CASE WHEN :period_ms IS NULL
                  OR created_at > UTC_TIMESTAMP(6) - INTERVAL (:period_ms * 1000) MICROSECOND
             THEN 1 ELSE 0 END

@@ -75,6 +75,7 @@ class MysqlBackend(SqlBackend):
         head, row = self.queries["insert_jobs_bulk"].rstrip().rstrip(";").split("VALUES", 1)
         one = bind(row, {name: name for name in _NAMED.findall(row)}, "qmark")
         self._bulk_row = (head, one.sql.strip().replace("?", "%s"), list(one.params))
+        self._server_is_mariadb: bool | None = None
 
     def connect(self) -> Any:
         return self.set_up_session(pymysql.connect(**self.connect_options),
@@ -146,8 +147,15 @@ class MysqlBackend(SqlBackend):
         return [EnqueueResult(job_id, True) for job_id in ids]
 
     def is_mariadb(self, cur: Any) -> bool:
-        """True when the connection of ``cur`` talks to MariaDB (not MySQL)."""
-        return "mariadb" in str(cur.connection.get_server_info()).lower()
+        """True when the connection of ``cur`` talks to MariaDB (not MySQL): PyMySQL's
+        connection says; an adapter's cursor (SQLAlchemy async) is asked once per backend."""
+        conn = getattr(cur, "connection", None)
+        if conn is not None and hasattr(conn, "get_server_info"):
+            return "mariadb" in str(conn.get_server_info()).lower()
+        if self._server_is_mariadb is None:
+            version = self.execute(cur, "server_version").fetchone()[0]
+            self._server_is_mariadb = "mariadb" in str(version).lower()
+        return self._server_is_mariadb
 
     def accepts_connection(self, conn: Any) -> bool:
         """PyMySQL's connections, and mysqlclient's (``MySQLdb``: Django's MySQL driver),

@@ -100,8 +100,17 @@ def _reason(report: pytest.TestReport) -> str:
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None:
             return _first_line(str(crash.message))
-        return _first_line(str(report.longrepr))
+        return _error_line(str(report.longrepr))
     return ""
+
+
+def _error_line(text: str) -> str:
+    """The exception line of a traceback as text (pytest's ``E   ...`` line), else its first
+    line: the plugin hands over scrubbed text, which has no ``reprcrash``."""
+    for line in text.splitlines():
+        if line.startswith("E "):
+            return line[1:].strip()
+    return _first_line(text)
 
 
 def _first_line(text: str) -> str:
