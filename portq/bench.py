@@ -61,6 +61,9 @@ DEFAULT_BATCHES = (1, 20)
 MODES = ("worker",)
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
+#: the concurrency limit the limited claim timing sets: high enough that it claims a full
+#: batch, so the two timings differ only by the limit's extra statements
+LIMITED_MAX_RUNNING = 1_000_000
 SCENARIOS = ("claim-latency", "throughput", "enqueue", "pickup")
 #: what runs when no scenario is named (pickup takes ~15 s of wall time: asked for only)
 DEFAULT_SCENARIOS = ("claim-latency", "throughput", "enqueue")
@@ -259,16 +262,18 @@ def _mysql_plan(doc: str, index: str) -> ClaimPlan:
 
 
 def time_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
-               runs: int = 5) -> tuple[float, int]:
+               runs: int = 5, limited: bool = False) -> tuple[float, int]:
     """Median wall time (ms) of the real claim in rolled-back transactions, and the
-    number of jobs it claimed."""
+    number of jobs it claimed; ``limited``: the claim of a queue with a concurrency limit
+    (its portq_queue row locked, running jobs counted, then the claim)."""
     params = claim_params(queue, limit)
+    claim = backend.claim_within_limit if limited else backend.claim_rows
     times: list[float] = []
     claimed = 0
     for _ in range(runs + 1):  # the first run warms the cache and is not counted
         with backend.transaction(commit=False) as cur:
             started = time.perf_counter()
-            claimed = len(backend.claim_rows(cur, params))
+            claimed = len(claim(cur, params))
             times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times[1:]), claimed
 
@@ -308,10 +313,15 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
         analyze_table(backend)
         plan = explain_claim(backend, names[0])
         claim_ms, claimed = time_claim(backend, names[0])
+        backend.set_concurrency_limit(names[0], LIMITED_MAX_RUNNING)
+        try:
+            limited_ms, _ = time_claim(backend, names[0], limited=True)
+        finally:
+            backend.set_concurrency_limit(names[0], None)
         results.append({
             "engine": backend.engine, "ready": ready, "total": QUEUE_COUNT * ready_now +
             finished_now, "queues": QUEUE_COUNT, "limit": CLAIM_LIMIT, "claimed": claimed,
-            "claim_ms": round(claim_ms, 3),
+            "claim_ms": round(claim_ms, 3), "limited_claim_ms": round(limited_ms, 3),
             "server_ms": None if plan.server_ms is None else round(plan.server_ms, 3),
             "buffers": plan.buffers, "ordered_walk": plan.ordered_walk,
             "nodes": plan.nodes})

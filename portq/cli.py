@@ -293,6 +293,28 @@ def cmd_pause(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_limit(args: argparse.Namespace) -> int:
+    """``portq limit URL QUEUE --running N|none``: the queue's limit on running jobs."""
+    if args.running is _UNSET:
+        raise ConfigurationError("portq limit: give --running N (or --running none to clear)")
+    with _open(args) as q:
+        q.set_concurrency_limit(args.queue_name, args.running)
+    if args.running is None:
+        print(f"cleared the running-jobs limit of {args.queue_name}")
+    else:
+        print(f"limited {args.queue_name} to {args.running} running jobs across every worker; "
+              f"workers see it within a second")
+    return 0
+
+
+def _limit_or_none(text: str) -> int | None:
+    """A positive integer, or ``none`` (no limit)."""
+    return None if text.strip().lower() == "none" else _positive(text)
+
+
+_UNSET = object()
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     """``portq resume URL QUEUE``: workers claim the queue's jobs again."""
     with _open(args) as q:
@@ -551,7 +573,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
              ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
-             ["ready", "total", "claim_ms", "server_ms", "ordered_walk", "nodes"]),
+             ["ready", "total", "claim_ms", "limited_claim_ms", "server_ms", "ordered_walk",
+              "nodes"]),
             (f"pickup: enqueue-commit to handler start, {bench.PICKUP_JOBS} jobs "
              f"{bench.PICKUP_GAP_S * 1000:.0f} ms apart, then after {bench.PICKUP_QUIET_S:.0f} s "
              "quiet spells", "pickup",
@@ -802,6 +825,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to pause")
     p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to resume")
+    p = command("limit", cmd_limit, "set or clear a queue's limit on running jobs across "
+                                    "every worker (enforced in the claim transaction)")
+    p.add_argument("queue_name", metavar="QUEUE", help="the queue to limit")
+    p.add_argument("--running", type=_limit_or_none, default=_UNSET, metavar="N",
+                   help="at most N running jobs of QUEUE at once; 'none' clears the limit")
 
 
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")

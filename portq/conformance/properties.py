@@ -155,7 +155,8 @@ PROPERTIES = (
         "test_claims_stop_at_the_concurrency_limit",
         "test_a_limit_of_one_queue_leaves_others_alone",
         "test_worker_processes_never_exceed_the_queue_limit",
-        "test_bad_limits_are_refused")),
+        "test_bad_limits_are_refused",
+        "test_portq_limit_sets_and_clears_the_running_limit")),
     Property("worker registry", (
         "test_registry_row_round_trips_and_renews",
         "test_registry_rows_expire_when_heartbeats_stop",

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, wait_until
+from portq.conformance.helpers import counts, run_portq, wait_until
+from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import processes, worker_process
 from portq.conformance.worker_handlers import read_records
 
@@ -81,3 +82,23 @@ def test_worker_processes_never_exceed_the_queue_limit(
     assert sorted(s["job_id"] for s in spans) == sorted(ids)
     assert most_at_once(spans) == limit, most_at_once(spans)
     assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
+
+
+def test_portq_limit_sets_and_clears_the_running_limit(
+        engine_url: str, queue: portq.Queue, qname: str) -> None:
+    """``portq limit URL QUEUE --running N`` sets the limit the claim enforces;
+    ``--running none`` clears it; bad values are one-line errors, not tracebacks."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+    out = run_portq("limit", engine_url, qname, "--running", "1", "--prefix", TEST_PREFIX)
+    assert "1 running" in out.stdout
+    assert len(queue.claim(qname, "w1", limit=10)) == 1
+    run_portq("limit", engine_url, qname, "--running", "none", "--prefix", TEST_PREFIX)
+    assert len(queue.claim(qname, "w2", limit=10)) == 3
+    for bad in ("0", "-3", "two"):
+        proc = run_portq("limit", engine_url, qname, "--running", bad, "--prefix",
+                         TEST_PREFIX, check=False)
+        assert proc.returncode != 0 and "--running" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    proc = run_portq("limit", engine_url, qname, "--prefix", TEST_PREFIX, check=False)
+    assert proc.returncode != 0 and "--running" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
