@@ -9,6 +9,7 @@ from portq.errors import (
     DatabaseMissing,
     DriverMissingError,
     InvalidQueueName,
+    JobCancelled,
     LoginFailed,
     PayloadError,
     Permanent,
@@ -26,8 +27,8 @@ from portq.worker import RetryAfter, Worker
 __all__ = [
     "Backoff", "CannotConnect", "Claim", "ConfigurationError", "ConnectionLost",
     "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
-    "InvalidQueueName", "Job", "JobRecord", "LoginFailed", "PayloadError", "Permanent",
-    "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
+    "InvalidQueueName", "Job", "JobCancelled", "JobRecord", "LoginFailed", "PayloadError",
+    "Permanent", "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
     "SchemaMissingError", "State", "Task", "Worker", "connect", "current_job", "task",
 ]
 __version__ = "0.1.0"

@@ -26,7 +26,6 @@ import functools
 import logging
 import signal
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -49,7 +48,14 @@ from portq.queue import connect as connect_sync
 from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
 from portq.sql import bind
-from portq.worker import BATCH_LIMIT, Pacing, RetryAfter, WorkerCounters, new_worker_id
+from portq.worker import (
+    BATCH_LIMIT,
+    Pacing,
+    RetryAfter,
+    WorkerCounters,
+    failure_summary,
+    new_worker_id,
+)
 
 if TYPE_CHECKING:
     from portq.schedule import Scheduler
@@ -295,6 +301,11 @@ class AsyncQueue:
         text = self.queue.dump_result(result)
         return await asyncio.to_thread(self.backend.store_result, _claim_of(job), text)
 
+    async def cancelled(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """For each job, whether its generation was cancelled (``Backend.cancelled``)."""
+        return await asyncio.to_thread(self.queue.backend.cancelled,
+                                       [_claim_of(j) for j in jobs])
+
     async def result(self, job_id: int) -> Any:
         """A succeeded job's stored return value (see :meth:`portq.Queue.result`)."""
         return await asyncio.to_thread(self.queue.result, job_id)
@@ -501,15 +512,21 @@ class AsyncWorker:
                 result = await self._handler.run_async(job)
                 if result is not None and self._inflight.get(job.id, (None,))[0] is job \
                         and not await self.queue.store_result(job, result):
-                    self.counters.add("lost", queue=job.queue)  # lost since the last renewal
+                    await self._refused(job)  # lost or cancelled since the last renewal
                     return
             except Permanent as exc:  # a ResultError (result not storable) too
                 await self._report(job, f"{type(exc).__name__}: {exc}", None, dead=True)
             except RetryAfter as exc:
                 await self._report(job, str(exc), exc.delay)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not job.cancelled() or (task is not None and task.cancelling()):
+                    raise  # the worker's own shutdown cancelled it
+                # else an operator cancelled the job and its handler's task: nothing to write
             except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-                summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
-                await self._report(job, summary, self.backoff.delay(job.attempt))
+                if not job.cancelled():  # e.g. JobCancelled: nothing is written
+                    await self._report(job, failure_summary(exc),
+                                       self.backoff.delay(job.attempt))
             else:
                 if self._inflight.get(job.id, (None,))[0] is job:
                     self._acking.add(job.id)  # it keeps its slot until the batch commits
@@ -563,7 +580,10 @@ class AsyncWorker:
                     if self._inflight.get(job.id, (None,))[0] is job:
                         del self._inflight[job.id]
                 for job, ok in zip(owned, results or [], strict=False):
-                    self.counters.add("succeeded" if ok else "lost", queue=job.queue)
+                    if ok:
+                        self.counters.add("succeeded", queue=job.queue)
+                    else:
+                        await self._refused(job)
                 self._wake.set()
 
     async def _report(self, job: Job, error: str, retry_in: float | None,
@@ -576,7 +596,7 @@ class AsyncWorker:
             return
         ok = written[0]
         if not ok:
-            self.counters.add("lost", queue=job.queue)
+            await self._refused(job)
         elif dead or retry_in is None or job.attempt >= job.max_attempts:
             self.counters.add("dead", queue=job.queue)
             log.warning("job.dead job_id=%d queue=%s attempt=%d/%d worker=%s error=%s",
@@ -598,13 +618,52 @@ class AsyncWorker:
                 log.warning("job.renew_error job_ids=%s error=%s",
                             ",".join(str(j.id) for j in jobs), exc)
                 continue
-            for job, renewed in zip(jobs, results, strict=True):
-                if not renewed and self._inflight.get(job.id, (None,))[0] is job and \
-                        self._writing.get(job.id) is not job:  # not if being written
-                    del self._inflight[job.id]
+            refused = [job for job, renewed in zip(jobs, results, strict=True)
+                       if not renewed and self._owned_not_writing(job)]
+            if not refused:
+                continue
+            try:  # cancelled by an operator, or taken by another owner?
+                cancelled = await self.queue.cancelled(refused)
+            except Exception as exc:  # noqa: BLE001 - ask again next beat
+                log.warning("job.renew_error job_ids=%s error=%s",
+                            ",".join(str(j.id) for j in refused), exc)
+                continue
+            for job, was_cancelled in zip(refused, cancelled, strict=True):
+                if not self._owned_not_writing(job):  # its outcome is being written
+                    continue
+                del self._inflight[job.id]
+                if was_cancelled:
+                    self._cancelled(job, "lease renewal refused")
+                else:
                     self.counters.add("lost", queue=job.queue)
                     log.warning("job.lost job_id=%d worker=%s: lease renewal refused",
                                 job.id, self.worker_id)
+
+    def _owned_not_writing(self, job: Job) -> bool:
+        return self._inflight.get(job.id, (None,))[0] is job and \
+            self._writing.get(job.id) is not job
+
+    async def _refused(self, job: Job) -> None:
+        """Count a refused outcome write: cancelled by an operator, or lost."""
+        try:
+            was_cancelled = (await self.queue.cancelled([job]))[0]
+        except Exception as exc:  # noqa: BLE001 - then it counts as lost
+            log.warning("worker.db_error worker=%s error=%s; could not tell whether "
+                        "job_id=%d was cancelled", self.worker_id, exc, job.id)
+            was_cancelled = False
+        if was_cancelled:
+            self._cancelled(job, "its outcome's write was refused")
+        else:
+            self.counters.add("lost", queue=job.queue)
+
+    def _cancelled(self, job: Job, how: str) -> None:
+        """An operator cancelled ``job`` (no longer owned): cancel its handler's task (a
+        plain handler sees ``job.cancelled()``), count, log."""
+        job._cancel.set()
+        self.counters.add("cancelled", queue=job.queue)
+        log.info("job.cancelled job_id=%d queue=%s generation=%d worker=%s: %s; the handler "
+                 "was told, its outcome is not recorded", job.id, job.queue, job.attempt,
+                 self.worker_id, how)
 
     async def _fail(self, job: Job, error: str, retry_in: float | None) -> list[bool]:
         return [await self.queue.fail(job, error, retry_in=retry_in)]

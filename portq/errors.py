@@ -78,6 +78,12 @@ class Permanent(Exception):
     """Raise from a handler to send the job to ``dead`` at once, without retries."""
 
 
+class JobCancelled(Exception):
+    """Raised by :meth:`portq.Job.raise_if_cancelled` once an operator cancelled the job
+    (``portq cancel``, ``Queue.cancel``): the job is ``cancelled`` whatever its handler
+    does next, so a handler may let this propagate to stop early."""
+
+
 class ResultError(PayloadError, Permanent):
     """A handler's return value cannot be stored as its result (not JSON, or too large);
     the job goes to ``dead`` with this message."""

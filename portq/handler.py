@@ -8,7 +8,8 @@ the handler thread (an :class:`asyncio.Runner`, kept for the thread's next jobs)
 :class:`portq.aio.AsyncWorker` runs a plain handler on a thread of its own, so that it
 neither blocks the event loop nor takes the threads portq's own calls run on. A plain
 function that returns an awaitable (a decorator that forgot to be async) has it awaited
-on either worker, so its work is never skipped.
+on either worker, so its work is never skipped. An awaited handler runs as a task of its
+own, which is cancelled when the worker learns that an operator cancelled its job.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -55,7 +57,7 @@ class HandlerRunner:
         is async or returns an awaitable); return its result or raise what it raised."""
         result = self.handler(job)
         if inspect.isawaitable(result):
-            return self._runner().run(_awaited(result))
+            return self._runner().run(_cancellable(result, job))
         return result
 
     def _runner(self) -> asyncio.Runner:
@@ -77,12 +79,23 @@ class HandlerRunner:
         """Await the handler; a plain one runs on a new daemon thread meanwhile."""
         result = self.handler(job) if self.is_async else await _on_thread(self.handler, job)
         if inspect.isawaitable(result):
-            result = await result
+            result = await _cancellable(result, job)
         return result
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+async def _cancellable(awaitable: Awaitable[Any], job: Job) -> Any:
+    """Await ``awaitable`` as a task of its own that is cancelled when ``job`` is (an
+    operator's cancel, learned by the worker from any thread): the awaiting code then
+    gets :class:`asyncio.CancelledError`."""
+    task = asyncio.ensure_future(awaitable)
+    job._cancel.on_cancel(functools.partial(_cancel_soon, asyncio.get_running_loop(), task))
+    return await task
+
+
+def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]) -> None:
+    if not task.done():
+        with contextlib.suppress(RuntimeError):  # the loop closed: nothing runs it now
+            loop.call_soon_threadsafe(task.cancel)
 
 
 async def _on_thread(fn: Callable[[Job], Any], job: Job) -> Any:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import enum
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from portq.errors import JobCancelled
 
 
 class State(enum.StrEnum):
@@ -31,9 +35,49 @@ class Claim:
     lease_until: datetime
 
 
+class CancelSignal:
+    """Set once, when the worker learns that an operator cancelled the job it runs; runs
+    the callbacks registered with :meth:`on_cancel` (e.g. cancelling an asyncio task)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._event.wait(timeout)
+
+    def set(self) -> bool:
+        """Set it; False when it already was (the callbacks ran then)."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+        return True
+
+    def on_cancel(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the signal is set (at once if it is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
 @dataclass(frozen=True)
 class Job:
-    """A claimed job as a handler sees it. ``attempt`` is the claim's generation (1-based)."""
+    """A claimed job as a handler sees it. ``attempt`` is the claim's generation (1-based).
+
+    :meth:`cancelled` becomes true when an operator cancels the job while it runs: within
+    one heartbeat (a third of the lease) on every engine, at once where the engine
+    announces it (PostgreSQL NOTIFY). The job then ends ``cancelled`` whatever the handler
+    returns or raises; an async handler's task is cancelled too."""
 
     id: int
     queue: str
@@ -43,6 +87,22 @@ class Job:
     key: str | None
     priority: int = 0
     claim: Claim | None = field(default=None, repr=False, compare=False)
+    _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
+                                  compare=False)
+
+    def cancelled(self) -> bool:
+        """True once the worker learned that this job was cancelled."""
+        return self._cancel.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`portq.JobCancelled` if the job was cancelled."""
+        if self._cancel.is_set():
+            raise JobCancelled(f"job {self.id} was cancelled")
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking as soon as the job is cancelled;
+        whether it was (a sleep a handler's cancellation cuts short)."""
+        return self._cancel.wait(timeout)
 
 
 ACTIVE_STATES = (State.READY, State.RUNNING)

@@ -36,6 +36,7 @@ COUNTERS = (
     ("failed", "retried", "Failed attempts this worker scheduled for a retry."),
     ("dead", "dead", "Jobs this worker moved to dead (attempts spent or permanent error)."),
     ("lost", "lost", "Jobs whose ownership this worker lost (fencing refused its write)."),
+    ("cancelled", "cancelled", "Jobs an operator cancelled while this worker ran them."),
     ("released", "released", "Unfinished jobs this worker released at shutdown."),
 )
 

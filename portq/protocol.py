@@ -132,6 +132,17 @@ class Backend(ABC):
     def cancel(self, job_id: int) -> bool:
         """Cancel a ready or running job (a running job's owner then fails its fencing)."""
 
+    def cancelled(self, claims: Sequence[Claim]) -> list[bool]:
+        """For each claim, whether its generation of the job was cancelled (rather than
+        taken by another owner or reaped): the worker asks after a refused renewal or
+        write. One look-up per claim; refusals are rare."""
+        out = []
+        for claim in claims:
+            record = self.job(claim.job_id)
+            out.append(record is not None and record.state == "cancelled"
+                       and record.attempts == claim.generation)
+        return out
+
     @abstractmethod
     def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
         """``(queue, state, minutes_ago, count)`` of the jobs that finished (succeeded, dead,

@@ -26,6 +26,7 @@ those sizes by hand; they are deprecated.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import math
@@ -81,6 +82,8 @@ class WorkerCounters:
     retried: int = 0
     dead: int = 0
     lost: int = 0
+    #: jobs an operator cancelled while this worker owned them (their handlers were told)
+    cancelled: int = 0
     released: int = 0
     reaped: int = 0
     pruned: int = 0
@@ -305,6 +308,11 @@ class Mailbox(Generic[T]):
             self._closed = True
             self._nonempty.notify_all()
             self._lingering.notify_all()
+
+
+def failure_summary(exc: BaseException) -> str:
+    """The error text stored for a failed attempt: the traceback's last 4,000 characters."""
+    return "".join(traceback.format_exception(exc, limit=8))[-4000:]
 
 
 def new_worker_id() -> str:
@@ -696,7 +704,10 @@ class Worker:
                 del owned[job.id]
 
     def _execute(self, job: Job) -> bool:
-        """Run the handler and report; True when the completion was left to the ack thread."""
+        """Run the handler and report; True when the completion was left to the ack thread.
+        A job cancelled meanwhile (its handler told) writes nothing: it is ``cancelled``."""
+        if job.cancelled():
+            return False  # cancelled while it waited for a thread: never started
         try:
             result = self._handler.run(job)
             if result is not None and not self._store_result(job, result):
@@ -705,9 +716,10 @@ class Worker:
             self._report(job, "dead", f"{type(exc).__name__}: {exc}", None)
         except RetryAfter as exc:
             self._report(job, "retry", str(exc), max(0.0, exc.delay))
-        except Exception as exc:  # noqa: BLE001 - a handler may raise anything
-            summary = "".join(traceback.format_exception(exc, limit=8))[-4000:]
-            self._report(job, "retry", summary, self.backoff.delay(job.attempt))
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - a handler may raise anything
+            if job.cancelled():
+                return False  # e.g. JobCancelled, or its async task cancelled
+            self._report(job, "retry", failure_summary(exc), self.backoff.delay(job.attempt))
         else:
             with self._lock:
                 if self._inflight.get(job.id) is not job:
@@ -767,8 +779,10 @@ class Worker:
 
     def _record(self, job: Job, outcome: str, ok: bool, interrupted: bool, error: str,
                 retry_in: float | None) -> None:
-        """Count and log one written outcome."""
-        if not ok:
+        """Count and log one written outcome (a refused one as cancelled when it was)."""
+        if not ok and self._was_cancelled([job])[0]:
+            self._cancelled(job, "its outcome's write was refused")
+        elif not ok:
             self.counters.add("lost", queue=job.queue)
             log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
                         "or an expired lease; outcome %s not recorded%s",
@@ -819,18 +833,65 @@ class Worker:
                 log.warning("job.renew_error job_ids=%s worker=%s error=%s",
                             ",".join(str(j.id) for j in jobs), self.worker_id, exc)
                 continue
-            for job, renewed in zip(jobs, results, strict=True):
-                if not renewed:
-                    with self._lock:  # not lost if its outcome is being written
-                        lost = self._inflight.get(job.id) is job and \
-                            self._writing.get(job.id) is not job
-                        if lost:
-                            del self._inflight[job.id]
+            refused = [job for job, renewed in zip(jobs, results, strict=True)
+                       if not renewed and self._owned_not_writing(job)]
+            if not refused:
+                continue
+            try:  # cancelled by an operator, or taken by another owner?
+                cancelled = self.queue.backend.cancelled([_claim_of(j) for j in refused])
+            except Exception as exc:  # noqa: BLE001 - ask again next beat
+                log.warning("job.renew_error job_ids=%s worker=%s error=%s",
+                            ",".join(str(j.id) for j in refused), self.worker_id, exc)
+                continue
+            for job, was_cancelled in zip(refused, cancelled, strict=True):
+                with self._lock:  # not lost if its outcome is being written
+                    lost = self._inflight.get(job.id) is job and \
+                        self._writing.get(job.id) is not job
                     if lost:
-                        self.counters.add("lost", queue=job.queue)
-                        log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
-                                    "lease renewal refused", job.id, job.queue, job.attempt,
-                                    self.worker_id)
+                        del self._inflight[job.id]
+                if lost and was_cancelled:
+                    self._cancelled(job, "lease renewal refused")
+                elif lost:
+                    self.counters.add("lost", queue=job.queue)
+                    log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
+                                "lease renewal refused", job.id, job.queue, job.attempt,
+                                self.worker_id)
+
+    def _owned_not_writing(self, job: Job) -> bool:
+        with self._lock:
+            return self._inflight.get(job.id) is job and self._writing.get(job.id) is not job
+
+    def _was_cancelled(self, jobs: Sequence[Job]) -> list[bool]:
+        """Whether each job's generation was cancelled (False where that cannot be read)."""
+        try:
+            return self.queue.backend.cancelled([_claim_of(j) for j in jobs])
+        except Exception as exc:  # noqa: BLE001 - then it counts as lost
+            log.warning("worker.db_error worker=%s error=%s: %s; could not tell whether "
+                        "job_id=%s was cancelled", self.worker_id, type(exc).__name__, exc,
+                        ",".join(str(j.id) for j in jobs))
+            return [False] * len(jobs)
+
+    def _cancelled(self, job: Job, how: str) -> None:
+        """An operator cancelled ``job`` (no longer owned): tell its handler, count, log."""
+        job._cancel.set()
+        self.counters.add("cancelled", queue=job.queue)
+        log.info("job.cancelled job_id=%d queue=%s generation=%d worker=%s: %s; the handler "
+                 "was told, its outcome is not recorded", job.id, job.queue, job.attempt,
+                 self.worker_id, how)
+
+    def _cancel_announced(self, job_id: int, generation: int) -> None:
+        """The database announced that a running job was cancelled (PostgreSQL NOTIFY)."""
+        with self._lock:
+            job = self._inflight.get(job_id)
+            if job is None or job.attempt != generation:
+                return  # not ours (every worker hears every cancel)
+            writing = self._writing.get(job_id) is job
+            if not writing:
+                del self._inflight[job_id]
+        if writing:  # the write's refusal counts it
+            job._cancel.set()
+        else:
+            self._cancelled(job, "announced by the database")
 
     def _listen(self, listener: Listener) -> None:
         """Wake the claim loop whenever enqueue announces a job on one of our queues."""
@@ -841,6 +902,8 @@ class Worker:
                     if listener.wait(1.0):
                         log.debug("worker.notified worker=%s", self.worker_id)
                         self.wake()
+                    for job_id, generation in listener.take_cancelled():
+                        self._cancel_announced(job_id, generation)
                     delay = 0.5
                 except Exception as exc:  # noqa: BLE001 - polling covers for us meanwhile
                     log.warning("worker.listen_error worker=%s error=%s: %s; polling only, "

@@ -180,10 +180,25 @@ SET state = 'ready', finished_at = NULL,
     run_at = now()
 WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 
+-- Cancelling a running job tells its worker at once: pg_notify on the prefix's cancel
+-- channel, payload "job_id generation", delivered at commit (its listener then sets
+-- job.cancelled(); the heartbeat's refused renewal is the fallback). One row per job
+-- cancelled; `old` is the locked row as it was, to notify only for running ones.
 -- name: cancel
-UPDATE portq_job
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
-WHERE job_id = :job_id AND state IN ('ready', 'running');
+WITH old AS (
+    SELECT job_id, state FROM portq_job
+    WHERE job_id = :job_id AND state IN ('ready', 'running')
+    FOR UPDATE
+), cancelled AS (
+    UPDATE portq_job AS j
+    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+    FROM old
+    WHERE j.job_id = old.job_id AND j.state IN ('ready', 'running')
+    RETURNING j.job_id, j.attempts, old.state AS was
+)
+SELECT job_id, CASE WHEN was = 'running'
+                    THEN pg_notify('portq_#cancel', job_id || ' ' || attempts) END
+FROM cancelled;
 
 -- name: stats
 SELECT queue,
@@ -254,17 +269,24 @@ FROM (
 ) AS c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
 
+-- Running jobs' workers are told as by `cancel`.
 -- name: cancel_many
-UPDATE portq_job AS j
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
-FROM (
-    SELECT job_id FROM portq_job
+WITH old AS (
+    SELECT job_id, state FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-) AS c
-WHERE j.job_id = c.job_id AND j.state IN (:states);
+), cancelled AS (
+    UPDATE portq_job AS j
+    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+    FROM old
+    WHERE j.job_id = old.job_id AND j.state IN (:states)
+    RETURNING j.job_id, j.attempts, old.state AS was
+)
+SELECT job_id, CASE WHEN was = 'running'
+                    THEN pg_notify('portq_#cancel', job_id || ' ' || attempts) END
+FROM cancelled;
 
 -- What `portq conformance` prints first: server version, session isolation level.
 -- name: server_info

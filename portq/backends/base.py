@@ -91,6 +91,10 @@ class Listener(Protocol):
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; True when jobs were announced meanwhile."""
 
+    def take_cancelled(self) -> list[tuple[int, int]]:
+        """The ``(job_id, generation)`` of running jobs announced cancelled since the last
+        call ([] where the engine announces none: heartbeats find them)."""
+
     def close(self) -> None:
         """Close the connection."""
 
@@ -108,6 +112,9 @@ class SqlBackend(Backend):
     #: nothing announces new jobs (no :meth:`listener`) polling is what a new job waits
     #: for, so it stays short (at most ~6.7 claims/s per idle worker)
     idle_max_default: ClassVar[float] = POLL_IDLE_MAX
+    #: True where cancelling a running job tells its worker at once (the listener's
+    #: ``take_cancelled``); elsewhere the worker learns it within one heartbeat
+    announces_cancel: ClassVar[bool] = False
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
                  pool_timeout: float = 30.0) -> None:

@@ -47,6 +47,7 @@ class PostgresBackend(SqlBackend):
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
     idle_max_default = 2.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
+    announces_cancel = True  # cancel/cancel_many NOTIFY the cancel channel
 
     def connect(self) -> Any:
         try:
@@ -121,8 +122,14 @@ class PostgresBackend(SqlBackend):
         for queue in queues:
             self.execute(cur, "notify", {"channel": self.channel(queue)})
 
+    @property
+    def cancel_channel(self) -> str:
+        """The channel ``cancel``/``cancel_many`` notify when they cancel a running job
+        (``'portq_#cancel'`` in queries.sql, prefixed; no queue's channel has a '#')."""
+        return self.prefix + "#cancel"
+
     def listener(self, queues: Sequence[str]) -> PostgresListener:
-        return PostgresListener(self, [self.channel(q) for q in queues])
+        return PostgresListener(self, [self.channel(q) for q in queues], self.cancel_channel)
 
 
 def _connect_sqlstate(message: str) -> str:
@@ -148,12 +155,16 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
 
 
 class PostgresListener:
-    """``LISTEN`` on a dedicated autocommit connection, opened on first :meth:`wait`."""
+    """``LISTEN`` on a dedicated autocommit connection, opened on first :meth:`wait`: on
+    the queues' channels (new jobs) and on the cancel channel (running jobs cancelled)."""
 
-    def __init__(self, backend: PostgresBackend, channels: Sequence[str]) -> None:
+    def __init__(self, backend: PostgresBackend, channels: Sequence[str],
+                 cancel_channel: str) -> None:
         self._backend = backend
-        self._channels = list(channels)
+        self._cancel_channel = cancel_channel
+        self._channels = [*channels, cancel_channel]
         self._conn: psycopg.Connection[Any] | None = None
+        self._cancelled: list[tuple[int, int]] = []
 
     def wait(self, timeout: float) -> bool:
         if self._conn is None:
@@ -166,11 +177,23 @@ class PostgresListener:
                 close_quietly(conn)
                 raise
             self._conn = conn
+        announced = False
         try:
-            return any(True for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+            for note in self._conn.notifies(timeout=timeout, stop_after=1):
+                if note.channel != self._cancel_channel:
+                    announced = True
+                    continue
+                job_id, _, generation = note.payload.partition(" ")
+                if job_id.isdigit() and generation.isdigit():
+                    self._cancelled.append((int(job_id), int(generation)))
         except BaseException:
             self.close()
             raise
+        return announced
+
+    def take_cancelled(self) -> list[tuple[int, int]]:
+        cancelled, self._cancelled = self._cancelled, []
+        return cancelled
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -143,6 +143,9 @@ class SqliteListener:
             self.close()
             raise
 
+    def take_cancelled(self) -> list[tuple[int, int]]:
+        return []  # cancellations reach the worker through its heartbeat
+
     def close(self) -> None:
         conn, self._conn = self._conn, None
         self._seen = None

@@ -52,6 +52,16 @@ def raw_update(queue: portq.Queue, sql: str, params: dict[str, Any]) -> ErrorKin
     return None
 
 
+OTHER_OWNER = "another-worker:1:0"
+
+
+def take_away(queue: portq.Queue, job_id: int) -> None:
+    """Hand a running job to another (made-up) worker, its lease left as it is: its owner
+    has lost it (an operator's cancel is not a loss: see test_cancel.py)."""
+    assert raw_update(queue, "UPDATE portq_job SET worker_id = :other WHERE job_id = :job_id",
+                      {"other": OTHER_OWNER, "job_id": job_id}) is None
+
+
 def free_port() -> int:
     """A TCP port of 127.0.0.1 that was free a moment ago."""
     with socket.socket() as s:

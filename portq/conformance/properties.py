@@ -59,6 +59,14 @@ PROPERTIES = (
     Property("cancel, single and bulk", (
         "test_cancel",
         "test_cancel_many_ready_and_running_fences_the_owner")),
+    Property("cooperative cancellation of running jobs", (
+        "test_handler_checking_cancelled_ends_within_a_heartbeat",
+        "test_handler_ignoring_cancel_still_ends_cancelled",
+        "test_async_handler_task_is_cancelled",
+        "test_async_worker_cancels_the_handler_task",
+        "test_heartbeat_tells_a_worker_that_hears_no_announcements",
+        "test_announced_cancel_reaches_the_worker_faster_than_a_heartbeat",
+        "test_job_cancelled_during_its_outcome_write_counts_cancelled_once")),
     Property("job listing and error history", (
         "test_job_returns_whole_row_and_error_history",
         "test_jobs_lists_any_state_or_all_and_pages_by_key",

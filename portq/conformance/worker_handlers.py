@@ -79,3 +79,37 @@ def span(job: Job) -> None:
     start = time.time()
     time.sleep(float(os.environ.get("PORTQT_SLEEP", "0")))
     _append(job, start=start, end=time.time())
+
+
+def until_cancelled(job: Job) -> str:
+    """Record the claim, then check ``job.cancelled()`` every 10 ms (for at most 120 s);
+    record when it became true (``cancelled_at``) and return a value (never stored: the
+    job is cancelled)."""
+    _append(job)
+    deadline = time.monotonic() + 120
+    while not job.cancelled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _append(job, cancelled_at=time.time(), seen=job.cancelled())
+    return "finished after all"
+
+
+def ignore_cancel(job: Job) -> dict[str, Any]:
+    """Record the claim, sleep ``PORTQT_SLEEP`` seconds whatever happens, record whether
+    the job was cancelled meanwhile, and return a value as if it had succeeded."""
+    _append(job)
+    time.sleep(float(os.environ.get("PORTQT_SLEEP", "0")))
+    _append(job, returned_at=time.time(), seen=job.cancelled())
+    return {"ignored": "the cancel"}
+
+
+async def async_until_cancelled(job: Job) -> str:
+    """Record the claim, then await a 120 s sleep; record when its task is cancelled
+    (``task_cancelled_at``) and let the cancellation propagate."""
+    import asyncio
+    _append(job)
+    try:
+        await asyncio.sleep(120)
+    except asyncio.CancelledError:
+        _append(job, task_cancelled_at=time.time(), seen=job.cancelled())
+        raise
+    return "slept"
