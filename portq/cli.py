@@ -836,7 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
                    help="the job (URL may be left out when $PORTQ_URL is set)")
 
-    from portq.conformance.plugin import TEST_PREFIX
+    from portq.conformance import TEST_PREFIX
     p = command("conformance", cmd_conformance,
                 "check URL's engine against portq's conformance suite; prints the engine, "
                 "then each property passed, failed or skipped (exit 0 only if none failed)",

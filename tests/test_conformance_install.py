@@ -56,7 +56,7 @@ def test_every_engine_extra_brings_pytest() -> None:
 def test_conformance_runs_where_pytest_is_installed(tmp_path: Path) -> None:
     """What `pip install 'portq[sqlite]'` gives: portq plus pytest (this interpreter's)."""
     proc = subprocess.run([sys.executable, "-m", "portq.cli", "conformance",
-                           f"sqlite:///{tmp_path}/c.db", "-k", "test_rolled_back_enqueue"],
+                           f"sqlite:///{tmp_path}/c.db", "--", "-k", "test_rolled_back_enqueue"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout

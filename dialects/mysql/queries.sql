@@ -332,7 +332,8 @@ GROUP BY queue;
 -- Jobs finished per minute over the last :minutes minutes (the dashboard's charts); walks
 -- the finished index.
 -- name: finished_per_minute
-SELECT queue, state, TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS minutes_ago,
+-- queue and state are VARBINARY (migration 2): CONVERT hands the driver str
+SELECT CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), TIMESTAMPDIFF(MINUTE, finished_at, UTC_TIMESTAMP(6)) AS minutes_ago,
        count(*)
 FROM portq_job
 WHERE state IN ('succeeded', 'dead', 'cancelled')

@@ -6,3 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 SUITE_DIR = Path(__file__).resolve().parent
+#: the suite's table prefix: conformance tables never touch an application's portq_ tables
+#: (here, not in the plugin, so that the CLI builds its parser where pytest is missing)
+TEST_PREFIX = "portqt_"

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import portq
+from portq.conformance import TEST_PREFIX as TEST_PREFIX
 from portq.url import parse_url
 
-TEST_PREFIX = "portqt_"  # conformance tables never touch an application's portq_ tables
 ENGINE_LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB",
                  "sqlserver": "SQL Server", "oracle": "Oracle"}
 
