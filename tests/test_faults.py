@@ -163,9 +163,11 @@ def test_restart_mid_run_loses_nothing(target: Any, engine_url: str, queue: port
                           if r.getMessage().startswith("job.claimed")
                           and r.created > outage["back_at_wall"])
     rerun = sum(1 for n in Counter(j for j, _ in per_generation).values() if n > 1)
+    first_claim = (f"{claims_after[0] - outage['back_at_wall']:.2f}s" if claims_after
+                   else "(not logged at this level)")
     print(f"\n[{target.engine}] restart after {outage['before']:.0f} jobs took "
           f"{outage['restart_s']:.2f}s; first claim "
-          f"{claims_after[0] - outage['back_at_wall']:.2f}s "
+          f"{first_claim} "
           f"after the server was back; {len(errors)} worker.db_error lines; {rerun} jobs "
           f"ran in a second generation; lost={sum(w.counters.lost for w in workers)} "
           f"reaped={sum(w.counters.reaped for w in workers)}")
