@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -454,7 +455,8 @@ def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
     """A few tests of the suite through the real command: banner, properties, JSON, JUnit;
     its own prefix (never the running suite's portqt_), dropped at the end, or kept."""
     import portq
-    prefix = "portqc_"
+    # a server kept from an earlier run may still hold an interrupted run's tables
+    prefix = f"portqc{uuid.uuid4().hex[:6]}_"
     junit = tmp_path / "report.xml"
     selected = ["--", "-k", "claim_is_bounded or stale_generation_cannot_finish or "
                 "test_retries and test_cancel or test_cancel_many"]

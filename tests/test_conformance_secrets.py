@@ -96,10 +96,14 @@ def test_conformance_output_never_shows_the_password(url_with_password: str,
     assert parse_url(url).password == SECRET and "%40" in url
     (tmp_path / "leaky_plugin.py").write_text(textwrap.dedent(LEAKY_PLUGIN))
     junit = tmp_path / "report.xml"
-    proc = run_portq("conformance", url, "--junit", str(junit), "--", "-p", "leaky_plugin",
+    # its own tables: the suite drops them at the end, and portqt_ is this session's
+    prefix = f"portqs{uuid.uuid4().hex[:6]}_"
+    proc = run_portq("conformance", url, "--prefix", prefix, "--junit", str(junit),
+                     "--", "-p", "leaky_plugin",
                      "-o", "junit_logging=all", "-k", "test_enqueue.py",
                      env={"PYTHONPATH": str(tmp_path)}, check=False, timeout=600)
-    as_json = run_portq("conformance", url, "--json", "--", "-p", "leaky_plugin",
+    as_json = run_portq("conformance", url, "--prefix", prefix, "--json",
+                        "--", "-p", "leaky_plugin",
                         "-k", "test_enqueue.py", env={"PYTHONPATH": str(tmp_path)},
                         check=False, timeout=600)
     assert proc.returncode == 1 and as_json.returncode == 1, proc.stdout + proc.stderr
