@@ -450,6 +450,27 @@ def test_conformance_unreachable_database_is_one_line_exit_2() -> None:
     assert "s3cret" not in line
 
 
+def test_conformance_reports_a_test_the_engine_cannot_have_as_not_applicable(
+        tmp_path: Path) -> None:
+    """SQLite has no login: that test is n/a, not a skip (a skip fails .ci/run's check)."""
+    url = f"sqlite:///{tmp_path}/c.db"
+    selected = ["--", "-k", "test_refused_login_and_missing_database or test_cancel_many"]
+    text = run_portq("conformance", url, *selected, check=False, timeout=300)
+    assert text.returncode == 0, text.stdout + text.stderr
+    last = text.stdout.splitlines()[-1]
+    assert last.startswith("1 passed, 0 failed, 1 not applicable to sqlite in "), last
+    assert "skipped" not in last
+    row = next(line for line in text.stdout.splitlines()
+               if line.startswith("schema constraints and migrations"))
+    assert row.split()[4:7] == ["n/a", "0/1", "SQLite"], row
+    report = json.loads(run_portq("conformance", url, "--json", *selected).stdout)
+    assert report["summary"]["not_applicable"] == 1 and report["summary"]["skipped"] == 0
+    (schema,) = [p for p in report["properties"]
+                 if p["property"] == "schema constraints and migrations"]
+    assert schema["result"] == "not_applicable"
+    assert schema["reason"] == "SQLite has no login and no server-side database"
+
+
 def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
                                                           tmp_path: Path) -> None:
     """A few tests of the suite through the real command: banner, properties, JSON, JUnit;

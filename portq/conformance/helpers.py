@@ -16,8 +16,16 @@ from typing import Any
 
 import portq
 from portq.backends.base import ErrorKind
+from portq.conformance import NOT_APPLICABLE
 from portq.job import Job
 from portq.worker import Worker
+
+
+def not_applicable(reason: str) -> None:
+    """Skip a test that does not apply to the engine under test (not a missing server or
+    driver: those are skips, which a conformance run must not have)."""
+    import pytest
+    pytest.skip(NOT_APPLICABLE + reason)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,

@@ -1,6 +1,6 @@
 """What ``portq conformance`` shows: each test's outcome collected while pytest runs, then
-one row per property (portq/conformance/properties.py): passed, failed or skipped, with
-the reason."""
+one row per property (portq/conformance/properties.py): passed, failed, skipped or not
+applicable to the engine, with the reason."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ from typing import Any
 
 import pytest
 
+from portq.conformance import NOT_APPLICABLE
 from portq.conformance.properties import PROPERTIES, UNMAPPED, property_of
+
+#: every outcome a test can have, in the order the report counts them
+OUTCOMES = ("passed", "failed", "skipped", "not_applicable")
 
 
 @dataclass
 class TestOutcome:
     name: str          # test function name with parameters, e.g. test_cancel[postgres]
     nodeid: str
-    outcome: str       # passed, failed, skipped
+    outcome: str       # passed, failed, skipped, not_applicable (see NOT_APPLICABLE)
     reason: str = ""
     seconds: float = 0.0
 
@@ -25,20 +29,21 @@ class TestOutcome:
 @dataclass
 class PropertyResult:
     name: str
-    status: str        # passed, failed, skipped
+    status: str        # passed, failed, skipped, not_applicable
     tests: list[TestOutcome] = field(default_factory=list)
 
     @property
     def reason(self) -> str:
-        """Why it failed (the first failing test) or was skipped (the first skip reason)."""
-        wanted = "failed" if self.status == "failed" else "skipped"
-        for t in self.tests:
-            if t.outcome == wanted:
-                return f"{t.name}: {t.reason}" if wanted == "failed" else t.reason
+        """Why it failed (the first failing test), else the first skip's reason, else the
+        first reason a test did not apply."""
+        for wanted in ("failed", "skipped", "not_applicable"):
+            for t in self.tests:
+                if t.outcome == wanted:
+                    return f"{t.name}: {t.reason}" if wanted == "failed" else t.reason
         return ""
 
     def counts(self) -> dict[str, int]:
-        out = {"passed": 0, "failed": 0, "skipped": 0}
+        out = dict.fromkeys(OUTCOMES, 0)
         for t in self.tests:
             out[t.outcome] += 1
         return out
@@ -59,11 +64,15 @@ class Collector:
         if report.when == "call" or report.outcome != "passed":
             if current is not None and current.outcome != "passed":
                 return                   # keep the first failure or skip (e.g. setup)
-            outcome = report.outcome if report.outcome in ("passed", "skipped") else "failed"
+            outcome: str = report.outcome if report.outcome in ("passed", "skipped") \
+                else "failed"
+            reason = _reason(report)
+            if outcome == "skipped" and reason.startswith(NOT_APPLICABLE):
+                outcome, reason = "not_applicable", reason.removeprefix(NOT_APPLICABLE)
             self.outcomes[report.nodeid] = TestOutcome(
-                name, report.nodeid, outcome, _reason(report), report.duration)
+                name, report.nodeid, outcome, reason, report.duration)
         if report.when == "teardown" and self.progress:
-            mark = {"passed": ".", "failed": "F", "skipped": "s"}
+            mark = {"passed": ".", "failed": "F", "skipped": "s", "not_applicable": "-"}
             got = self.outcomes.get(report.nodeid)
             sys.stderr.write(mark.get(got.outcome, "?") if got else "?")
             sys.stderr.flush()
@@ -84,8 +93,8 @@ class Collector:
             if not tests:
                 continue
             outcomes = {t.outcome for t in tests}
-            status = "failed" if "failed" in outcomes else \
-                "passed" if "passed" in outcomes else "skipped"
+            status = next(o for o in ("failed", "passed", "skipped", "not_applicable")
+                          if o in outcomes)
             out.append(PropertyResult(name, status, tests))
         return out
 
@@ -123,11 +132,12 @@ def render_table(results: list[PropertyResult]) -> list[str]:
     rows = [("property", "result", "tests", "reason")]
     for r in results:
         c = r.counts()
-        tally = f"{c['passed']}/{len(r.tests)}" + (f" ({c['skipped']} skipped)"
-                                                   if c["skipped"] and r.status != "skipped"
-                                                   else "")
-        rows.append((r.name, r.status.upper() if r.status == "failed" else r.status, tally,
-                     r.reason[:120]))
+        asides = [f"{c[o]} {label}" for o, label in (("skipped", "skipped"),
+                                                     ("not_applicable", "n/a"))
+                  if c[o] and r.status != o]
+        tally = f"{c['passed']}/{len(r.tests)}" + (f" ({', '.join(asides)})" if asides else "")
+        status = {"failed": "FAILED", "not_applicable": "n/a"}.get(r.status, r.status)
+        rows.append((r.name, status, tally, r.reason[:120]))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return ["  ".join([*(row[i].ljust(widths[i]) for i in range(3)), row[3]]).rstrip()
             for row in rows]

@@ -12,7 +12,7 @@ import time
 import portq
 from portq.conformance import SUITE_DIR
 from portq.conformance.plugin import ENGINE_LABELS, TEST_PREFIX
-from portq.conformance.report import Collector, properties_json, render_table
+from portq.conformance.report import OUTCOMES, Collector, properties_json, render_table
 from portq.job import ServerInfo
 from portq.url import parse_url
 
@@ -90,7 +90,7 @@ def run_conformance(url: str, *, prefix: str = TEST_PREFIX, keep: bool = False,
     elapsed = time.monotonic() - started
     sys.stderr.write("\n")
     results = collector.properties()
-    tally = {"passed": 0, "failed": 0, "skipped": 0}
+    tally = dict.fromkeys(OUTCOMES, 0)
     for t in collector.outcomes.values():
         tally[t.outcome] += 1
     failed = tally["failed"] > 0 or bool(collector.errors) or rc not in (0, 1, 5)
@@ -109,6 +109,8 @@ def run_conformance(url: str, *, prefix: str = TEST_PREFIX, keep: bool = False,
         for error in collector.errors:
             print(f"ERROR collecting {error}")
         skipped = f", {tally['skipped']} skipped" if tally["skipped"] else ""
+        if tally["not_applicable"]:
+            skipped += f", {tally['not_applicable']} not applicable to {info.engine}"
         print(f"\n{tally['passed']} passed, {tally['failed']} failed{skipped} in "
               f"{elapsed:.0f}s; "
               + (f"dropped {', '.join(dropped)}" if dropped else

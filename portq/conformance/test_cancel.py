@@ -24,6 +24,7 @@ import pytest
 import portq
 from portq import aio
 from portq.conformance.helpers import (
+    not_applicable,
     quiet_worker,
     run_portq,
     running,
@@ -218,7 +219,7 @@ def test_announced_cancel_reaches_the_worker_faster_than_a_heartbeat(
     worker with a 30 s lease (a heartbeat every 10 s) tells the handler at once, for a
     cancel by id and for a bulk cancel alike."""
     if not getattr(queue.backend, "announces_cancel", False):
-        pytest.skip(f"{queue.backend.engine} announces no cancels: workers learn them "
+        not_applicable(f"{queue.backend.engine} announces no cancels: workers learn them "
                     "within a heartbeat (test_heartbeat_tells_a_worker...)")
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(2)])
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"

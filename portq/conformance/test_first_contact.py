@@ -13,7 +13,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 import portq
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import counts, not_applicable
 from portq.conformance.plugin import raw_connection
 from portq.queue import MAX_PAYLOAD_DEPTH
 from portq.url import parse_url
@@ -79,7 +79,7 @@ def _refused(url: str) -> BaseException | None:
 def test_refused_login_and_missing_database(engine_url: str) -> None:
     parsed = parse_url(engine_url)
     if parsed.engine == "sqlite":
-        pytest.skip("SQLite has no login and no server-side database")
+        not_applicable("SQLite has no login and no server-side database")
     missing = f"portq_no_such_db_{uuid.uuid4().hex[:6]}"
     error = _refused(with_credentials(engine_url, database=missing))
     assert isinstance(error, portq.DatabaseMissing), repr(error)
