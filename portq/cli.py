@@ -623,7 +623,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
              ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
-             ["ready", "total", "claim_ms", "limited_claim_ms", "server_ms", "ordered_walk",
+             ["ready", "total", "claim_ms", "limited_claim_ms", "rate_claim_ms",
+              "keyed_claim_ms", "server_ms", "ordered_walk",
               "nodes"]),
             (f"pickup: enqueue-commit to handler start, {bench.PICKUP_JOBS} jobs "
              f"{bench.PICKUP_GAP_S * 1000:.0f} ms apart, then after {bench.PICKUP_QUIET_S:.0f} s "
