@@ -473,12 +473,7 @@ class SqlBackend(Backend):
         unique = job.unique
         assert unique is not None
         params = {"hash": unique.hash}
-        try:
-            self.execute(cur, "unique_ensure", params)
-        except Exception as exc:  # Oracle's MERGE: a concurrent first insert of the key
-            if self.classify(exc) is not ErrorKind.UNIQUE:
-                raise
-            self.execute(cur, "unique_ensure", params)  # the row exists now
+        self.ensure_row(cur, "unique_ensure", params)
         locked = self.execute(cur, "unique_lock", params).fetchone()
         if locked is not None and locked[0] is not None and unique.holds_key(self.execute(
                 cur, "unique_job", {"job_id": locked[0], "period_ms": unique.period_ms}
@@ -490,6 +485,16 @@ class SqlBackend(Backend):
         self.execute(cur, "unique_point", {**params, "job_id": result.id})
         self.announce(cur, [job.queue])
         return result
+
+    def ensure_row(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Run the make-if-missing statement ``name``; a unique violation (Oracle's MERGE
+        meeting a concurrent first insert, which rolls back only the statement) means the
+        row exists now."""
+        try:
+            self.execute(cur, name, params)
+        except Exception as exc:
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
@@ -607,7 +612,7 @@ class SqlBackend(Backend):
         queue = params["queue"]
         self._keyed_until[queue] = time.monotonic() + KEYED_RECHECK_S
         if not locked:
-            self.execute(cur, "ensure_queue", {"queue": queue})
+            self.ensure_row(cur, "ensure_queue", {"queue": queue})
             self.execute(cur, "queue_control", {"queue": queue}).fetchall()
         running = {key: int(self.execute(cur, "key_running_count", {
             "queue": queue, "concurrency_key": key}).fetchone()[0])
