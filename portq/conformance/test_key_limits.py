@@ -4,16 +4,13 @@ never blocks the jobs behind it. Checked from the handlers' own start and end ti
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, on_own_connections, wait_until
-from portq.conformance.test_limits import most_at_once
-from portq.conformance.test_worker import processes, worker_process
-from portq.conformance.worker_handlers import read_records
+from portq.conformance.helpers import counts, on_own_connections
+from portq.conformance.test_limits import most_at_once, spans_of_workers
 
 
 def keyed(qname: str, key: str, limit: int, n: int, **extra: object) -> list[dict[str, object]]:
@@ -101,26 +98,10 @@ def test_worker_processes_never_exceed_a_key_limit(
     started before the limit-1 key's last job (no head-of-line blocking)."""
     jobs = keyed(qname, "one", 1, 8) + keyed(qname, "two", 2, 10) + \
         [{"queue": qname, "payload": i} for i in range(20)]
-    record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        for _ in range(4):
-            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span",
-                                        record, log,
-                                        "--concurrency", "3", "--idle-max", "0.1s",
-                                        "--reap-interval", "0s", sleep=0.3))
-        assert wait_until(lambda: log.read_text().count("worker.started") == 4, timeout=60)
-        ids = queue.enqueue_many(jobs)
-        done = wait_until(lambda: counts(queue, qname)["succeeded"] == len(jobs), timeout=90)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(30)
-    assert done, (counts(queue, qname), log.read_text()[-3000:])
-    spans = read_records(record)
-    assert sorted(s["job_id"] for s in spans) == sorted(ids)
+    spans = spans_of_workers(engine_url, queue, qname, tmp_path, jobs, processes_n=4,
+                             concurrency=3, sleep=0.3, idle_max="0.1s")
     by_key = {k: [s for s in spans if s["concurrency_key"] == k] for k in ("one", "two")}
     assert most_at_once(by_key["one"]) == 1, most_at_once(by_key["one"])
     assert most_at_once(by_key["two"]) == 2, most_at_once(by_key["two"])
     unkeyed = [s["start"] for s in spans if s["concurrency_key"] is None]
     assert max(unkeyed) < max(s["start"] for s in by_key["one"])
-    assert len({s["pid"] for s in spans}) >= 2

@@ -4,7 +4,6 @@ handlers' own start times."""
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,10 +11,9 @@ from pathlib import Path
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, run_portq, wait_until
+from portq.conformance.helpers import run_portq
 from portq.conformance.plugin import TEST_PREFIX
-from portq.conformance.test_worker import processes, worker_process
-from portq.conformance.worker_handlers import read_records
+from portq.conformance.test_limits import spans_of_workers
 
 
 def most_in_window(starts: Sequence[float], seconds: float) -> int:
@@ -81,30 +79,16 @@ def test_worker_processes_never_exceed_the_rate_limit(
     fails if the queue ran too fast or far too slowly)."""
     n, limit, period = 300, 50, 2.0
     queue.set_rate_limit(qname, limit, period)
-    record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        for _ in range(8):
-            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span",
-                                        record, log,
-                                        "--concurrency", "4", "--idle-max", "0.1s",
-                                        "--reap-interval", "0s", sleep=0.02))
-        assert wait_until(lambda: log.read_text().count("worker.started") == 8, timeout=60)
-        ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
-        done = wait_until(lambda: counts(queue, qname)["succeeded"] == n, timeout=120)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(30)
-    assert done, (counts(queue, qname), log.read_text()[-3000:])
-    spans = read_records(record)
-    assert sorted(s["job_id"] for s in spans) == sorted(ids)
+    spans = spans_of_workers(engine_url, queue, qname, tmp_path,
+                             [{"queue": qname, "payload": i} for i in range(n)],
+                             processes_n=8, concurrency=4, sleep=0.02, idle_max="0.1s",
+                             timeout=120)
     starts = [s["start"] for s in spans]
     assert most_in_window(starts, period) <= limit, most_in_window(starts, period)
     # reached the limit: full windows, and no slower than 1.6x the limit's pace
     assert most_in_window(starts, period) >= 0.8 * limit, most_in_window(starts, period)
     took = max(starts) - min(starts)
     assert took <= 1.6 * (n / limit - 1) * period, took
-    assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
 
 
 def test_portq_limit_sets_and_clears_the_rate_limit(
