@@ -31,7 +31,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from portq import sqla
-from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, conflict_delay, storable_error
+from portq.backends.base import (
+    CKEY_COLUMN,
+    POLL_IDLE_MAX,
+    ErrorKind,
+    SqlBackend,
+    conflict_delay,
+    storable_error,
+)
 from portq.errors import ConfigurationError, DatabaseError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Claim, Job, JobRecord, QueueStats, error_line
@@ -230,6 +237,8 @@ class AsyncQueue:
         async def go(cur: Any) -> list[Any]:
             return list(await (await self._execute(cur, "claim", params)).fetchall())
         rows = await self._run("claim", go)
+        if any(row[CKEY_COLUMN] is not None for row in rows):  # per-key limits: settle
+            rows = await asyncio.to_thread(self.backend.settle_after, params, rows)
         return [self.backend.job_from_row(row, worker_id) for row in rows]
 
     async def _guarded(self, op: str, params: dict[str, Any]) -> bool:
@@ -330,6 +339,11 @@ class AsyncQueue:
     async def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
         """See :meth:`portq.Queue.set_concurrency_limit`."""
         await asyncio.to_thread(self.queue.set_concurrency_limit, queue, max_running)
+
+    async def set_rate_limit(self, queue: str, limit: int | None,
+                             per_seconds: float | None = None) -> None:
+        """See :meth:`portq.Queue.set_rate_limit`."""
+        await asyncio.to_thread(self.queue.set_rate_limit, queue, limit, per_seconds)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
                    limit: int = 100, after_id: int = 0, **filters: Any) -> list[JobRecord]:
@@ -468,7 +482,7 @@ class AsyncWorker:
             try:
                 turns = pacing.turns()
                 for i, name in enumerate(turns):
-                    free = self.concurrency - self.inflight
+                    free = self.concurrency - self.inflight  # no look-ahead here
                     if free <= 0:
                         break
                     claimed += await self._claim(name, pacing.share(free, len(turns) - i))

@@ -64,6 +64,9 @@ BULK_CHUNK = 1_000
 #: the concurrency limit the limited claim timing sets: high enough that it claims a full
 #: batch, so the two timings differ only by the limit's extra statements
 LIMITED_MAX_RUNNING = 1_000_000
+#: jobs with a per-key limit put at the head of the second queue for keyed_claim_ms, and
+#: their number of keys (each claim of 20 takes jobs of every key: 10 recounts)
+KEYED_JOBS, KEYS = 100, 10
 SCENARIOS = ("claim-latency", "throughput", "enqueue", "pickup")
 #: what runs when no scenario is named (pickup takes ~15 s of wall time: asked for only)
 DEFAULT_SCENARIOS = ("claim-latency", "throughput", "enqueue")
@@ -262,12 +265,19 @@ def _mysql_plan(doc: str, index: str) -> ClaimPlan:
 
 
 def time_claim(backend: SqlBackend, queue: str, *, limit: int = CLAIM_LIMIT,
-               runs: int = 5, limited: bool = False) -> tuple[float, int]:
+               runs: int = 5, limited: bool = False, keyed: bool = False
+               ) -> tuple[float, int]:
     """Median wall time (ms) of the real claim in rolled-back transactions, and the
-    number of jobs it claimed; ``limited``: the claim of a queue with a concurrency limit
-    (its portq_queue row locked, running jobs counted, then the claim)."""
+    number of jobs it claimed; ``limited``: the claim of a queue with a concurrency or rate
+    limit (its portq_queue row locked, running jobs counted or its rate log read, then the
+    claim); ``keyed``: the claim followed by the per-key settle (queue row made and locked,
+    each claimed key's running jobs recounted)."""
     params = claim_params(queue, limit)
-    claim = backend.claim_within_limit if limited else backend.claim_rows
+
+    def settled(cur: Any, p: dict[str, Any]) -> list[Any]:
+        return backend.settle_keys(cur, p, backend.claim_rows(cur, p), locked=False)
+    claim = backend.claim_within_limit if limited else settled if keyed else \
+        backend.claim_rows
     times: list[float] = []
     claimed = 0
     for _ in range(runs + 1):  # the first run warms the cache and is not counted
@@ -299,6 +309,7 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
     backend = queue.backend
     names = [f"bench-claim-{i}" for i in range(QUEUE_COUNT)]
     ready_now = finished_now = 0
+    keyed_now = False
     results = []
     for ready, total in sorted(sizes, key=lambda s: (s[0], s[1] or 0)):
         if ready > ready_now:
@@ -318,10 +329,23 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
             limited_ms, _ = time_claim(backend, names[0], limited=True)
         finally:
             backend.set_concurrency_limit(names[0], None)
+        backend.set_rate_limit(names[0], LIMITED_MAX_RUNNING, 60_000)
+        try:
+            rate_ms, _ = time_claim(backend, names[0], limited=True)
+        finally:
+            backend.set_rate_limit(names[0], None, None)
+        if not keyed_now:  # keyed jobs at the head of the second queue (10 keys)
+            queue.enqueue_many([{"queue": names[1], "payload": i, "priority": 1,
+                                 "concurrency_key": f"bench-key-{i % KEYS}",
+                                 "concurrency_limit": LIMITED_MAX_RUNNING}
+                                for i in range(KEYED_JOBS)])
+            keyed_now = True
+        keyed_ms, _ = time_claim(backend, names[1], keyed=True)
         results.append({
             "engine": backend.engine, "ready": ready, "total": QUEUE_COUNT * ready_now +
             finished_now, "queues": QUEUE_COUNT, "limit": CLAIM_LIMIT, "claimed": claimed,
             "claim_ms": round(claim_ms, 3), "limited_claim_ms": round(limited_ms, 3),
+            "rate_claim_ms": round(rate_ms, 3), "keyed_claim_ms": round(keyed_ms, 3),
             "server_ms": None if plan.server_ms is None else round(plan.server_ms, 3),
             "buffers": plan.buffers, "ordered_walk": plan.ordered_walk,
             "nodes": plan.nodes})

@@ -241,7 +241,7 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
                  "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
-                 "paused"]
+                 "paused", "running_limit", "rate_limit"]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -256,6 +256,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if not rows:
         print("no jobs" + (f" on queue {args.queue}" if args.queue else ""))
         return 0
+    for r in rows:
+        r["running_limit"] = r["concurrency_limit"]
+        r["rate_limit"] = None if r["rate_limit"] is None else \
+            f"{r['rate_limit']}/{_period_text(r['rate_period_s'])}"
     _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
     return 0
 
@@ -294,17 +298,63 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_limit(args: argparse.Namespace) -> int:
-    """``portq limit URL QUEUE --running N|none``: the queue's limit on running jobs."""
-    if args.running is _UNSET:
-        raise ConfigurationError("portq limit: give --running N (or --running none to clear)")
+    """``portq limit URL QUEUE [--running N|none] [--rate N/PERIOD|none]``: the queue's
+    limit on running jobs and on jobs started per period."""
+    if args.running is _UNSET and args.rate is _UNSET:
+        raise ConfigurationError("portq limit: give --running N and/or --rate N/PERIOD "
+                                 "(none clears either)")
     with _open(args) as q:
-        q.set_concurrency_limit(args.queue_name, args.running)
+        if args.running is not _UNSET:
+            q.set_concurrency_limit(args.queue_name, args.running)
+        if args.rate is not _UNSET:
+            q.set_rate_limit(args.queue_name, *(args.rate or (None,)))
     if args.running is None:
         print(f"cleared the running-jobs limit of {args.queue_name}")
-    else:
+    elif args.running is not _UNSET:
         print(f"limited {args.queue_name} to {args.running} running jobs across every worker; "
               f"workers see it within a second")
+    if args.rate is None:
+        print(f"cleared the rate limit of {args.queue_name}")
+    elif args.rate is not _UNSET:
+        n, seconds = args.rate
+        print(f"limited {args.queue_name} to {n} jobs started per {_period_text(seconds)} "
+              f"(any sliding window) across every worker; workers see it within a second")
     return 0
+
+
+_PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
+
+
+def _rate_or_none(text: str) -> tuple[int, float] | None:
+    """``N/PERIOD`` (``50/2s``, ``100/1m``, ``1000/1h``; a bare unit means 1 of it:
+    ``100/m``) as (N, seconds), or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    match = _RATE.match(text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
+            "(units ms, s, m, h, d), or none")
+    n, amount, unit = int(match[1]), match[2] or "1", match[3]
+    try:
+        seconds = float(amount) * _PERIOD_UNITS[unit]
+    except ValueError:
+        seconds = 0.0
+    if n < 1 or not 0.01 <= seconds <= 366 * 86400:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the rate needs N >= 1 and a period from 10ms to 366d")
+    return n, seconds
+
+
+def _period_text(seconds: float | None) -> str:
+    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    return f"{seconds * 1000:g}ms"
 
 
 def _limit_or_none(text: str) -> int | None:
@@ -573,7 +623,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
              ["mode", "workers", "batch", "jobs", "seconds", "jobs_per_s", "runs"]),
             (f"claim of {bench.CLAIM_LIMIT} jobs from 1 of {bench.QUEUE_COUNT} queues "
              "(rolled back)", "claim_latency",
-             ["ready", "total", "claim_ms", "limited_claim_ms", "server_ms", "ordered_walk",
+             ["ready", "total", "claim_ms", "limited_claim_ms", "rate_claim_ms",
+              "keyed_claim_ms", "server_ms", "ordered_walk",
               "nodes"]),
             (f"pickup: enqueue-commit to handler start, {bench.PICKUP_JOBS} jobs "
              f"{bench.PICKUP_GAP_S * 1000:.0f} ms apart, then after {bench.PICKUP_QUIET_S:.0f} s "
@@ -825,11 +876,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to pause")
     p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to resume")
-    p = command("limit", cmd_limit, "set or clear a queue's limit on running jobs across "
-                                    "every worker (enforced in the claim transaction)")
+    p = command("limit", cmd_limit, "set or clear a queue's limits on running jobs and on "
+                                    "jobs started per period, across every worker "
+                                    "(enforced in the claim transaction)")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to limit")
     p.add_argument("--running", type=_limit_or_none, default=_UNSET, metavar="N",
                    help="at most N running jobs of QUEUE at once; 'none' clears the limit")
+    p.add_argument("--rate", type=_rate_or_none, default=_UNSET, metavar="N/PERIOD",
+                   help="at most N jobs of QUEUE started per PERIOD in any sliding window "
+                        "(e.g. 50/2s, 100/1m, 1000/1h); 'none' clears the limit")
 
 
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")

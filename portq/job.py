@@ -87,6 +87,7 @@ class Job:
     key: str | None
     priority: int = 0
     claim: Claim | None = field(default=None, repr=False, compare=False)
+    concurrency_key: str | None = None  # its per-key limit's key (enqueue(concurrency_key=))
     _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
                                   compare=False)
 
@@ -194,6 +195,9 @@ class QueueStats:
     succeeded_1h: int = 0
     retry_rate: float | None = None
     paused: bool = False   # claims of the queue return nothing (Queue.pause)
+    concurrency_limit: int | None = None  # most running jobs (Queue.set_concurrency_limit)
+    rate_limit: int | None = None         # most jobs started per rate_period_s
+    rate_period_s: float | None = None    # (Queue.set_rate_limit)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

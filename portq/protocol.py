@@ -54,6 +54,10 @@ class NewJob:
     max_attempts: int = 25
     key: str | None = None
     unique: UniqueScope | None = None
+    #: per-key concurrency limit: at most ``concurrency_limit`` running jobs of the queue
+    #: with this key (both None: no per-key limit)
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 class Backend(ABC):
@@ -179,6 +183,17 @@ class Backend(ABC):
         """At most ``max_running`` running jobs of ``queue`` across every worker (None: no
         limit), enforced in the claim transaction; other workers see a new limit within
         ``LIMIT_RECHECK_S`` (portq/backends/base.py) seconds."""
+
+    def known_unlimited(self, queue: str) -> bool:
+        """True when ``queue`` is known to have no concurrency, rate or per-key limit just
+        now (a worker then claims ahead for it). Default: never known."""
+        return False
+
+    @abstractmethod
+    def set_rate_limit(self, queue: str, limit: int | None, period_ms: int | None) -> None:
+        """At most ``limit`` jobs of ``queue`` started per ``period_ms`` across every
+        worker, over a sliding window (None: no rate limit), enforced in the claim
+        transaction; other workers see a new limit within ``LIMIT_RECHECK_S`` seconds."""
 
     @abstractmethod
     def paused_queues(self) -> list[str]:

@@ -110,6 +110,31 @@ def validate_priority(priority: Any) -> int:
 
 
 UNIQUE_OPTIONS = ("unique_per_queue", "unique_for", "unique_states")
+#: the per-key concurrency limit's options of :meth:`Queue.enqueue`
+CONCURRENCY_OPTIONS = ("concurrency_key", "concurrency_limit")
+#: the most jobs a rate limit may allow per period
+MAX_RATE_LIMIT = 1_000_000
+
+
+def concurrency_options(key: Any, limit: Any) -> tuple[str | None, int | None]:
+    """A validated per-key concurrency limit: both given (a key as :func:`validate_key`
+    accepts, a limit of at least 1) or neither."""
+    if key is None and limit is None:
+        return None, None
+    if key is None:
+        raise ConfigurationError("concurrency_limit limits the jobs of one concurrency_key: "
+                                 "give concurrency_key too")
+    if limit is None:
+        raise ConfigurationError(f"concurrency_key {key!r} needs concurrency_limit (the "
+                                 "most running jobs of that key, at least 1)")
+    try:
+        validate_key(key)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"concurrency_key: {exc}") from None
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INT32:
+        raise ConfigurationError(f"concurrency_limit must be an integer of at least 1, "
+                                 f"got {limit!r}")
+    return key, limit
 
 
 def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
@@ -211,6 +236,10 @@ class Queue:
         A ``key`` alone is unique across all queues, for ever (until its job is pruned).
         ``unique_per_queue=True``, ``unique_for=seconds`` and ``unique_states=("ready",
         "running")`` scope it instead (see :func:`unique_scope`).
+
+        ``concurrency_key="account:42", concurrency_limit=1``: at most that many running
+        jobs of the queue with that key, on every worker; the rest wait ready and jobs
+        behind them are claimed meanwhile (see docs/operations.md, "Per-key limits").
         """
         return self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
                                    delay=delay, max_attempts=max_attempts, key=key,
@@ -241,7 +270,8 @@ class Queue:
             if not isinstance(spec, Mapping) or "queue" not in spec:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
             unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
-                                   "max_attempts", "key", *UNIQUE_OPTIONS}
+                                   "max_attempts", "key", *UNIQUE_OPTIONS,
+                                   *CONCURRENCY_OPTIONS}
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
             built.append(self.new_job(**spec))
@@ -250,6 +280,7 @@ class Queue:
     def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
                 run_at: datetime | None = None, delay: float | None = None,
                 max_attempts: int | None = None, key: str | None = None,
+                concurrency_key: str | None = None, concurrency_limit: int | None = None,
                 **unique: Any) -> NewJob:
         """Validate one job's fields; raise before anything is written."""
         validate_queue(queue)
@@ -274,9 +305,11 @@ class Queue:
         if key is not None:
             validate_key(key)
         scope = unique_scope(queue, key, **unique)
+        ckey, climit = concurrency_options(concurrency_key, concurrency_limit)
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
                       run_at=run_at, delay_ms=delay_ms, max_attempts=attempts,
-                      key=None if scope else key, unique=scope)
+                      key=None if scope else key, unique=scope, concurrency_key=ckey,
+                      concurrency_limit=climit)
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""
@@ -426,6 +459,30 @@ class Queue:
         self.backend.set_concurrency_limit(
             validate_queue(queue),
             None if max_running is None else positive_int(max_running, "max_running"))
+
+    def set_rate_limit(self, queue: str, limit: int | None,
+                       per_seconds: float | None = None) -> None:
+        """At most ``limit`` jobs of ``queue`` start per ``per_seconds`` across every worker
+        on every host, in every sliding window of that length (``set_rate_limit(queue,
+        None)`` removes it); the rest wait ready. Enforced in the claim transaction (see
+        docs/operations.md, "Rate limits"); a running worker sees a new limit within a
+        second."""
+        validate_queue(queue)
+        if limit is None:
+            if per_seconds is not None:
+                raise ConfigurationError("set_rate_limit(queue, None) clears the limit: "
+                                         "give no per_seconds with it")
+            self.backend.set_rate_limit(queue, None, None)
+            return
+        n = positive_int(limit, "limit")
+        if n > MAX_RATE_LIMIT:
+            raise ConfigurationError(f"limit must be at most {MAX_RATE_LIMIT}, got {n}")
+        if per_seconds is None:
+            raise ConfigurationError("set_rate_limit needs per_seconds (the period)")
+        period_ms = duration_ms(per_seconds, "per_seconds")
+        if period_ms < 10:
+            raise ConfigurationError(f"per_seconds must be at least 0.01, got {per_seconds!r}")
+        self.backend.set_rate_limit(queue, n, period_ms)
 
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
              after_id: int = 0, key: str | None = None, text: str | None = None,

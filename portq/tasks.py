@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from portq.errors import ConfigurationError, Permanent
 from portq.job import EnqueueResult, Job
 from portq.queue import (
+    CONCURRENCY_OPTIONS,
     UNIQUE_OPTIONS,
     Queue,
     positive_int,
@@ -83,7 +84,8 @@ class JobOptions:
     key: str | None = None
     delay: float | None = None
     run_at: datetime | None = None
-    unique: tuple[tuple[str, Any], ...] = ()  # unique_per_queue / unique_for / unique_states
+    #: unique_per_queue / unique_for / unique_states / concurrency_key / concurrency_limit
+    unique: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,8 +108,9 @@ class Task(Generic[P, R]):
                 delay: float | None = None, run_at: datetime | None = None,
                 **unique: Any) -> Task[P, R]:
         """This task with other job fields for the next enqueue (key, delay, the
-        ``unique_*`` scopes of :meth:`portq.Queue.enqueue`, ...)."""
-        unknown = set(unique) - set(UNIQUE_OPTIONS)
+        ``unique_*`` scopes and ``concurrency_key``/``concurrency_limit`` of
+        :meth:`portq.Queue.enqueue`, ...)."""
+        unknown = set(unique) - {*UNIQUE_OPTIONS, *CONCURRENCY_OPTIONS}
         if unknown:
             raise ConfigurationError(f"task options: unknown {sorted(unknown)}")
         changes: dict[str, Any] = {k: v for k, v in (

@@ -530,8 +530,11 @@ class Worker:
         claimed = tried = 0
         turns = pacing.turns()
         for i, name in enumerate(turns):
+            limited = not self.queue.backend.known_unlimited(name)
             with self._lock:
                 free = self._free_locked()
+                if limited:  # a limit counts held jobs as started: claim for idle threads only
+                    free = min(free, self._idle_threads_locked())
                 want = min(pacing.share(free, len(turns) - i), self.batch) if free > 0 else 0
                 self._claiming += want
             if want <= 0:
@@ -549,6 +552,12 @@ class Worker:
     def _free_locked(self) -> int:
         """Slots neither held nor reserved by a claim in progress (``_lock`` held)."""
         return self._capacity_now() - self._busy - len(self._acking) - self._claiming
+
+    def _idle_threads_locked(self) -> int:
+        """Handler threads neither busy nor reserved by a claim in progress (``_lock``
+        held): what a queue that may have a concurrency, rate or per-key limit is claimed
+        for, so that no claimed job of it waits in the look-ahead."""
+        return self.concurrency - self._busy - len(self._acking) - self._claiming
 
     def _free(self) -> int:
         with self._lock:

@@ -40,6 +40,7 @@ def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixtu
     for r in report["claim_latency"]:
         assert r["claimed"] == bench.CLAIM_LIMIT and r["claim_ms"] > 0
         assert r["limited_claim_ms"] > 0  # the claim of a queue with a concurrency limit
+        assert r["rate_claim_ms"] > 0 and r["keyed_claim_ms"] > 0  # rate, per-key limits
         assert r["ordered_walk"] is True and r["nodes"]
 
     # the portqb_ tables are gone afterwards

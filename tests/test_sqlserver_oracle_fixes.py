@@ -247,12 +247,15 @@ def _key_bytes(node: exp.Expression) -> bool:
 SAMPLE = {"queue": "q", "payload": "{}", "priority": 0, "run_at": None, "delay_ms": 0,
           "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
           "lease_ms": 1, "state": "ready", "generation": 1, "after_id": 0, "any_text": 1,
-          "pattern": "%x%", "after_run_at": None}
+          "pattern": "%x%", "after_run_at": None, "concurrency_key": "ck",
+          "concurrency_limit": 1}
 
 
 def test_sqlserver_keys_are_compared_and_stored_as_bytes_and_read_as_text() -> None:
     insert = _tree("sqlserver", "insert_job", SAMPLE)
-    assert _key_bytes(insert.expression.expressions[-1]), "the inserted key is not bytes"
+    # job_key, then concurrency_key and concurrency_limit (migration 7)
+    assert _key_bytes(insert.expression.expressions[-3]), "the inserted key is not bytes"
+    assert _key_bytes(insert.expression.expressions[-2]), "the concurrency key is not bytes"
     for name in ("insert_job", "job_id_by_key"):
         tree = _tree("sqlserver", name, SAMPLE)
         comparisons = [eq for eq in tree.find_all(exp.EQ)
@@ -510,7 +513,8 @@ def test_mssql_python_passes_portq_qmark_statements_through() -> None:
     bound = bind(load_queries("sqlserver")["claim"], SAMPLE, "qmark")
     sql, params = helper.detect_and_convert_parameters(bound.sql, list(bound.params))
     assert sql == bound.sql and list(params) == list(bound.params)
-    assert sql.count("?") == len(bound.params) == 6  # the pause check binds :queue again
+    # the pause check and the per-key count bind :queue again
+    assert sql.count("?") == len(bound.params) == 7
 
 
 def _libraries_missing() -> list[str]:

@@ -40,11 +40,13 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIM
 -- name: insert_job
 -- An existing key makes the row's own job_id the connection's LAST_INSERT_ID, so the
 -- driver's lastrowid is the new or the existing id; the row is locked, not changed.
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
+                       concurrency_key, concurrency_limit)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
-        :max_attempts, :key, UTC_TIMESTAMP(6))
+        :max_attempts, :key, UTC_TIMESTAMP(6),
+        :concurrency_key, :concurrency_limit)
 ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id);
 
 -- name: insert_jobs_bulk
@@ -52,11 +54,13 @@ ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id);
 -- row is repeated once per job, its parameters numbered (:queue_0, :queue_1, ...).
 -- MariaDB appends RETURNING job_id; MySQL reads the first id (LAST_INSERT_ID) and the
 -- auto-increment step, which are consecutive per statement in lock modes 0 and 1.
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
+                       concurrency_key, concurrency_limit)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
-        :max_attempts, NULL, UTC_TIMESTAMP(6));
+        :max_attempts, NULL, UTC_TIMESTAMP(6),
+        :concurrency_key, :concurrency_limit);
 
 -- name: autoinc_settings
 SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment;
@@ -71,6 +75,13 @@ WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
   -- a paused queue claims nothing: a primary-key probe; FOR UPDATE does not lock the
   -- rows of a subquery that has no locking clause of its own
   AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+  -- per-key limits: skip a keyed job whose key has its limit of running jobs (a
+  -- non-locking count on portq_job_ckey_idx; unkeyed rows stop at IS NULL), so a full key
+  -- never blocks the jobs behind it. Racy between claimers: SqlBackend.settle_keys recounts.
+  AND (concurrency_key IS NULL
+       OR (SELECT COUNT(*) FROM portq_job AS r
+           WHERE r.queue = :queue AND r.concurrency_key = portq_job.concurrency_key
+             AND r.state = 'running') < concurrency_limit)
 ORDER BY priority DESC, run_at, job_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -83,7 +94,8 @@ SET state = 'running',
 WHERE job_id IN (:ids);
 
 SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), lease_until
+       CONVERT(job_key USING utf8mb4), lease_until, CONVERT(concurrency_key USING utf8mb4),
+       concurrency_limit
 FROM portq_job
 WHERE job_id IN (:ids)
 ORDER BY priority DESC, run_at, job_id;
@@ -426,10 +438,16 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
+-- name: queue_limits
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+FROM portq_queue WHERE :queue = '*' OR queue = :queue;
+
 -- name: queue_control
--- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
--- queue take turns counting its running jobs. No row: no limit.
-SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+-- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
+-- turns counting its running jobs and reading its rate log. No row: no limit.
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+FROM portq_queue WHERE queue = :queue FOR UPDATE;
 
 -- name: running_count
 -- A locking read would wait on claimers' locks; a plain one at READ COMMITTED sees what
@@ -442,3 +460,40 @@ SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
 INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
 VALUES (:queue, :max_running, UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE concurrency_limit = :max_running, updated_at = UTC_TIMESTAMP(6);
+
+-- name: set_rate_limit
+-- At most :rate_limit jobs of the queue started per :period_ms (NULLs: no rate limit, and
+-- the log is cleared); the row is made on first use. A changed limit keeps the log.
+INSERT INTO portq_queue (queue, rate_limit, rate_period_ms, updated_at)
+VALUES (:queue, :rate_limit, :period_ms, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    rate_log = CASE WHEN :rate_limit IS NULL THEN NULL ELSE rate_log END,
+    rate_limit = :rate_limit, rate_period_ms = :period_ms, updated_at = UTC_TIMESTAMP(6);
+
+-- name: db_clock_ms
+-- The DB clock in epoch milliseconds, read by a statement after queue_control took the row
+-- lock (UTC_TIMESTAMP(6) is the statement's start).
+SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000;
+
+-- name: set_rate_log
+UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue;
+
+-- name: ensure_queue
+-- The queue's row, made if missing, so that a claim that took keyed jobs can lock it (not
+-- INSERT IGNORE, which would hide a CHECK violation too).
+INSERT INTO portq_queue (queue, updated_at) VALUES (:queue, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE queue = queue;
+
+-- name: key_running_count
+-- A key's running jobs, read after the queue row's lock: a non-locking read at READ
+-- COMMITTED (a fresh snapshot with every claim committed before the lock, plus this
+-- transaction's own rows; a locking read would wait on other claimers' rows).
+SELECT COUNT(*) FROM portq_job
+WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'running';
+
+-- name: unclaim
+-- Put back a job this claim took beyond its key's limit: ready again, attempt undone.
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running';

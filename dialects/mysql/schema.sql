@@ -148,3 +148,30 @@ CREATE TABLE IF NOT EXISTS portq_queue (
     CONSTRAINT portq_queue_paused_ck CHECK (paused IN (0, 1)),
     CONSTRAINT portq_queue_limit_ck CHECK (concurrency_limit > 0)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+-- migration: 7
+-- Rate limits (Queue.set_rate_limit): at most rate_limit jobs of the queue started per
+-- rate_period_ms, over a sliding window. rate_log is a compact JSON list of
+-- [db_epoch_ms, jobs] pairs, one per claim that started jobs within the last period (and
+-- its guard; at most 64 entries): a claim of a rate-limited queue locks this row, reads the
+-- DB clock, claims at most the limit minus the jobs logged in the window, and writes the
+-- trimmed log back.
+-- Each ALTER is one atomic statement; MysqlBackend.run_ddl treats "duplicate column" /
+-- "duplicate key name" (1060/1061) as "this statement was applied by a run cut short".
+ALTER TABLE portq_queue
+    ADD COLUMN rate_limit     INT,
+    ADD COLUMN rate_period_ms BIGINT,
+    ADD COLUMN rate_log       TEXT,
+    ADD CONSTRAINT portq_queue_rate_ck CHECK (rate_limit > 0 AND rate_period_ms > 0
+        OR rate_limit IS NULL AND rate_period_ms IS NULL);
+-- Per-key concurrency limits (enqueue(concurrency_key=, concurrency_limit=)): at most
+-- concurrency_limit running jobs of the queue with that key. VARBINARY like job_key:
+-- compared byte by byte, trailing spaces significant. No partial indexes here: the index
+-- holds every row, keyed or not; the claim's count reads only (queue, key, 'running').
+ALTER TABLE portq_job
+    ADD COLUMN concurrency_key   VARBINARY(1020),
+    ADD COLUMN concurrency_limit INT,
+    ADD INDEX portq_job_ckey_idx (queue, concurrency_key, state),
+    ADD CONSTRAINT portq_job_ckey_ck CHECK (
+        concurrency_key IS NULL AND concurrency_limit IS NULL
+        OR LENGTH(concurrency_key) >= 1 AND concurrency_limit > 0);

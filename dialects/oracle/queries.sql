@@ -34,11 +34,12 @@ VALUES (:version, SYS_EXTRACT_UTC(SYSTIMESTAMP))
 -- A taken key raises ORA-00001, which rolls back only this statement: OracleBackend
 -- catches it and looks the key up, and the caller's transaction goes on.
 -- name: insert_job
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
+                       concurrency_key, concurrency_limit)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS TIMESTAMP(6)),
                  SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')),
-        :max_attempts, :key)
+        :max_attempts, :key, :concurrency_key, :concurrency_limit)
 RETURNING job_id INTO :job_id
 
 -- name: job_id_by_key
@@ -51,6 +52,18 @@ WHERE CASE WHEN state = 'ready' THEN queue END = :queue
   AND state = 'ready' AND attempts < max_attempts
   -- a paused queue claims nothing (one primary-key probe; FOR UPDATE locks no row of it)
   AND NOT EXISTS (SELECT 1 FROM portq_queue p WHERE p.queue = :queue AND p.paused = 1)
+  -- per-key limits: skip a keyed job whose key has its limit of running jobs (a count on
+  -- portq_job_ckey_idx; statement-level read consistency: it never waits on a claimer's
+  -- uncommitted rows, which that claimer recounts in SqlBackend.settle_keys). The cursor
+  -- has no row limit (FOR UPDATE with FETCH FIRST is ORA-02014): OracleBackend.lock_ids
+  -- fetches at most :limit rows.
+  AND (concurrency_key IS NULL
+       OR (SELECT COUNT(*) FROM portq_job r
+           WHERE CASE WHEN r.state = 'running' AND r.concurrency_key IS NOT NULL
+                      THEN r.queue END = :queue
+             AND CASE WHEN r.state = 'running' AND r.concurrency_key IS NOT NULL
+                      THEN r.concurrency_key END = portq_job.concurrency_key)
+          < concurrency_limit)
 ORDER BY CASE WHEN state = 'ready' THEN priority END DESC,
          CASE WHEN state = 'ready' THEN run_at END,
          CASE WHEN state = 'ready' THEN job_id END
@@ -65,7 +78,8 @@ SET state = 'running',
 WHERE job_id IN (:ids) AND state = 'ready'
 
 -- name: claimed
-SELECT job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until
+SELECT job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
+       concurrency_key, concurrency_limit
 FROM portq_job
 WHERE job_id IN (:ids) AND state = 'running' AND worker_id = :worker_id
 ORDER BY priority DESC, run_at, job_id
@@ -400,10 +414,16 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue
 
+-- name: queue_limits
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+FROM portq_queue WHERE :queue = '*' OR queue = :queue
+
 -- name: queue_control
--- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
--- queue take turns counting its running jobs.
-SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE
+-- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
+-- turns counting its running jobs and reading its rate log.
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+FROM portq_queue WHERE queue = :queue FOR UPDATE
 
 -- name: running_count
 -- The CASE expression matches portq_job_running_idx (a function-based index).
@@ -416,3 +436,49 @@ WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running,
                              updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
     VALUES (s.queue, :max_running, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: set_rate_limit
+-- At most :rate_limit jobs started per :period_ms (NULLs: none, and the log is cleared).
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET
+    rate_log = CASE WHEN :rate_limit IS NULL THEN NULL ELSE t.rate_log END,
+    rate_limit = :rate_limit, rate_period_ms = :period_ms,
+    updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, rate_limit, rate_period_ms, updated_at)
+    VALUES (s.queue, :rate_limit, :period_ms, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: db_clock_ms
+-- The DB clock in epoch milliseconds (SYSTIMESTAMP is read when this statement runs,
+-- after queue_control took the row's lock).
+SELECT ROUND((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - DATE '1970-01-01') * 86400000)
+       + TRUNC(EXTRACT(SECOND FROM SYS_EXTRACT_UTC(SYSTIMESTAMP)) * 1000) -
+       TRUNC(EXTRACT(SECOND FROM SYS_EXTRACT_UTC(SYSTIMESTAMP))) * 1000
+FROM dual
+
+-- name: set_rate_log
+UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue
+
+-- name: ensure_queue
+-- The queue's row, made if missing (a concurrent first insert: ORA-00001, which
+-- rolls back only this statement; the row then exists).
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN NOT MATCHED THEN INSERT (queue, updated_at)
+    VALUES (s.queue, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: key_running_count
+-- A key's running jobs, read after the queue row's lock: statement-level read consistency
+-- (every claim committed before this statement, plus this transaction's own rows). The
+-- CASEs match portq_job_ckey_idx.
+SELECT COUNT(*) FROM portq_job
+WHERE CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END = :queue
+  AND CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
+           THEN concurrency_key END = :concurrency_key
+
+-- name: unclaim
+-- Put back a job this claim took beyond its key's limit: ready again, attempt undone.
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'

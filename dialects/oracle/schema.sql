@@ -123,3 +123,28 @@ CREATE TABLE portq_queue (
     updated_at TIMESTAMP(6) DEFAULT SYS_EXTRACT_UTC(SYSTIMESTAMP) NOT NULL
 );
 CREATE INDEX portq_job_running_idx ON portq_job (CASE WHEN state = 'running' THEN queue END);
+
+-- migration: 7
+-- Rate limits (Queue.set_rate_limit): at most rate_limit jobs of the queue started per
+-- rate_period_ms over a sliding window; rate_log is a compact JSON list of
+-- [db_epoch_ms, jobs] pairs (at most 64 entries, well under 4000 bytes), read and written
+-- by claims holding this row's lock (docs/operations.md, "Rate limits").
+ALTER TABLE portq_queue ADD (
+    rate_limit     NUMBER(10) CONSTRAINT portq_queue_rate_limit_ck CHECK (rate_limit > 0),
+    rate_period_ms NUMBER(19) CONSTRAINT portq_queue_rate_period_ck CHECK (rate_period_ms > 0),
+    rate_log       VARCHAR2(4000 BYTE)
+);
+-- Per-key concurrency limits (enqueue(concurrency_key=, concurrency_limit=)); VARCHAR2
+-- compares with binary semantics under the default NLS_COMP=BINARY, as job_key does.
+ALTER TABLE portq_job ADD (
+    concurrency_key   VARCHAR2(255 CHAR),
+    concurrency_limit NUMBER(10),
+    CONSTRAINT portq_job_ckey_ck CHECK (
+        (concurrency_key IS NULL AND concurrency_limit IS NULL)
+        OR (concurrency_key IS NOT NULL AND concurrency_limit > 0))
+);
+-- a function-based index as a partial one: only running, keyed rows have entries (a row
+-- whose every key expression is NULL is not indexed); the statements repeat the CASEs
+CREATE INDEX portq_job_ckey_idx ON portq_job (
+    CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END,
+    CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN concurrency_key END);

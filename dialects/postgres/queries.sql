@@ -22,10 +22,11 @@ SELECT version FROM portq_schema_version;
 INSERT INTO portq_schema_version (version) VALUES (:version);
 
 -- name: insert_job
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
+                       concurrency_key, concurrency_limit)
 VALUES (:queue, CAST(:payload AS jsonb), :priority,
         COALESCE(CAST(:run_at AS timestamptz), now() + :delay_ms * interval '1 millisecond'),
-        :max_attempts, :key)
+        :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer))
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -38,20 +39,22 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 -- name: insert_jobs_bulk
 -- Many jobs in one statement (PostgresBackend.insert_jobs). :jobs is a JSON array of
 -- {"queue", "payload" (JSON text), "priority", "run_at", "delay_ms", "max_attempts",
--- "job_key"};
+-- "job_key", "concurrency_key", "concurrency_limit"};
 -- ids are drawn in array order, so they ascend as the jobs were given, and each row
 -- says whether it was inserted or its key already existed.
 WITH src AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('portq_job', 'job_id')) AS job_id, t.*
     FROM jsonb_to_recordset(CAST(:jobs AS jsonb))
          AS t(queue text, payload text, priority integer, run_at timestamptz,
-              delay_ms bigint, max_attempts integer, job_key text)
+              delay_ms bigint, max_attempts integer, job_key text, concurrency_key text,
+              concurrency_limit integer)
 ), ins AS (
-    INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key)
+    INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key,
+                           concurrency_key, concurrency_limit)
     OVERRIDING SYSTEM VALUE
     SELECT job_id, queue, CAST(payload AS jsonb), priority,
            COALESCE(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts,
-           job_key
+           job_key, concurrency_key, concurrency_limit
     FROM src
     ORDER BY job_id
     ON CONFLICT (job_key) DO NOTHING
@@ -73,13 +76,20 @@ FROM (
       AND attempts < max_attempts
       -- a paused queue claims nothing: one primary-key probe, a one-time filter
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
+      -- per-key limits: skip a keyed job whose key has its limit of running jobs (a count
+      -- on portq_job_ckey_idx; unkeyed rows stop at IS NULL), so a full key never blocks
+      -- the jobs behind it. Racy between claimers: SqlBackend.settle_keys recounts.
+      AND (concurrency_key IS NULL
+           OR (SELECT count(*) FROM portq_job AS r
+               WHERE r.queue = :queue AND r.concurrency_key = portq_job.concurrency_key
+                 AND r.state = 'running') < concurrency_limit)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ) AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-          j.job_key, j.lease_until;
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit;
 
 -- name: renew
 UPDATE portq_job
@@ -406,10 +416,17 @@ ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDE
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused ORDER BY queue;
 
+-- name: queue_limits
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+SELECT queue, CASE WHEN paused THEN 1 ELSE 0 END, concurrency_limit, rate_limit,
+       rate_period_ms
+FROM portq_queue WHERE :queue = '*' OR queue = :queue;
+
 -- name: queue_control
--- The queue's concurrency limit, locked for the claim's transaction: claimers of a limited
--- queue take turns counting its running jobs. No row: no limit (and no lock).
-SELECT concurrency_limit FROM portq_queue WHERE queue = :queue FOR UPDATE;
+-- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
+-- turns counting its running jobs and reading its rate log. No row: no limit (and no lock).
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+FROM portq_queue WHERE queue = :queue FOR UPDATE;
 
 -- name: running_count
 SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
@@ -421,3 +438,40 @@ INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
 VALUES (:queue, CAST(:max_running AS integer), now())
 ON CONFLICT (queue) DO UPDATE SET concurrency_limit = EXCLUDED.concurrency_limit,
                                   updated_at = EXCLUDED.updated_at;
+
+-- name: set_rate_limit
+-- At most :rate_limit jobs of the queue started per :period_ms (NULLs: no rate limit, and
+-- the log is cleared); the row is made on first use. A changed limit keeps the log, so it
+-- applies at once to the jobs started in the last period.
+INSERT INTO portq_queue (queue, rate_limit, rate_period_ms, updated_at)
+VALUES (:queue, CAST(:rate_limit AS integer), CAST(:period_ms AS bigint), now())
+ON CONFLICT (queue) DO UPDATE SET
+    rate_limit = EXCLUDED.rate_limit, rate_period_ms = EXCLUDED.rate_period_ms,
+    rate_log = CASE WHEN EXCLUDED.rate_limit IS NULL THEN NULL ELSE portq_queue.rate_log END,
+    updated_at = EXCLUDED.updated_at;
+
+-- name: db_clock_ms
+-- The DB clock in epoch milliseconds, read after queue_control took the row lock:
+-- clock_timestamp(), not now() (the transaction's start, before the lock wait).
+SELECT CAST(floor(extract(epoch FROM clock_timestamp()) * 1000) AS bigint);
+
+-- name: set_rate_log
+UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue;
+
+-- name: ensure_queue
+-- The queue's row, made if missing, so that a claim that took keyed jobs can lock it.
+INSERT INTO portq_queue (queue, updated_at) VALUES (:queue, now())
+ON CONFLICT (queue) DO NOTHING;
+
+-- name: key_running_count
+-- A key's running jobs, read after the queue row's lock (READ COMMITTED: a fresh snapshot
+-- with every claim committed before the lock, plus this transaction's own rows).
+SELECT count(*) FROM portq_job
+WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'running';
+
+-- name: unclaim
+-- Put back a job this claim took beyond its key's limit: ready again, attempt undone.
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running';

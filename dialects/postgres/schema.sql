@@ -97,3 +97,27 @@ CREATE TABLE portq_queue (
 );
 -- counts a queue's running jobs (bounded by its limit) for the claim
 CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = 'running';
+
+-- migration: 7
+-- Rate limits (Queue.set_rate_limit): at most rate_limit jobs of the queue started per
+-- rate_period_ms, over a sliding window. rate_log is a compact JSON list of
+-- [db_epoch_ms, jobs] pairs, one per claim that started jobs within the last period (and
+-- its guard): a claim of a rate-limited queue locks this row, reads the DB clock, claims at
+-- most the limit minus the jobs logged in the window, and writes the trimmed log back.
+ALTER TABLE portq_queue
+    ADD COLUMN rate_limit     integer CHECK (rate_limit > 0),
+    ADD COLUMN rate_period_ms bigint  CHECK (rate_period_ms > 0),
+    ADD COLUMN rate_log       text,
+    ADD CONSTRAINT portq_queue_rate_ck CHECK ((rate_limit IS NULL) = (rate_period_ms IS NULL));
+-- Per-key concurrency limits (enqueue(concurrency_key=, concurrency_limit=)): at most
+-- concurrency_limit running jobs of the queue with that key. Compared exactly (text).
+ALTER TABLE portq_job
+    ADD COLUMN concurrency_key   text CHECK (length(concurrency_key) BETWEEN 1 AND 255),
+    ADD COLUMN concurrency_limit integer,
+    ADD CONSTRAINT portq_job_ckey_ck CHECK (
+        (concurrency_key IS NULL AND concurrency_limit IS NULL)
+        OR (concurrency_key IS NOT NULL AND concurrency_limit > 0));
+-- counts a key's running jobs for the claim's row filter and its recount (running, keyed
+-- rows only: a few entries per key)
+CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
+    WHERE state = 'running' AND concurrency_key IS NOT NULL;

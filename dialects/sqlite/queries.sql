@@ -22,10 +22,12 @@ INSERT INTO portq_schema_version (version, applied_at)
 VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER));
 
 -- name: insert_job
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
+                       concurrency_key, concurrency_limit)
 VALUES (:queue, :payload, :priority,
         COALESCE(:run_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000),
-        :max_attempts, :key, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+        :max_attempts, :key, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+        :concurrency_key, :concurrency_limit)
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -39,14 +41,23 @@ SET state = 'running',
     worker_id = :worker_id,
     lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000
 WHERE job_id IN (
-    SELECT job_id FROM portq_job
+    SELECT job_id FROM portq_job AS c
     WHERE queue = :queue AND state = 'ready' AND attempts < max_attempts
       AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
       -- a paused queue claims nothing (one primary-key probe)
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+      -- per-key limits: skip a keyed job whose key has its limit of running jobs (a count
+      -- on portq_job_ckey_idx; unkeyed rows stop at IS NULL), so a full key never blocks
+      -- the jobs behind it. Rows of one claim are filtered against the running jobs before
+      -- it, so two of one key may pass together: SqlBackend.settle_keys recounts.
+      AND (c.concurrency_key IS NULL
+           OR (SELECT count(*) FROM portq_job AS r
+               WHERE r.queue = :queue AND r.concurrency_key = c.concurrency_key
+                 AND r.state = 'running') < c.concurrency_limit)
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit)
-RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until;
+RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
+          concurrency_key, concurrency_limit;
 
 -- name: renew
 UPDATE portq_job
@@ -359,10 +370,16 @@ ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = exclude
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
+-- name: queue_limits
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+FROM portq_queue WHERE :queue = '*' OR queue = :queue;
+
 -- name: queue_control
--- The queue's concurrency limit, read in the claim's transaction (BEGIN IMMEDIATE holds
--- the write lock: concurrent claimers take turns). No row: no limit.
-SELECT concurrency_limit FROM portq_queue WHERE queue = :queue;
+-- The queue's limits, read in the claim's transaction (BEGIN IMMEDIATE holds the write
+-- lock: concurrent claimers take turns). No row: no limit.
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+FROM portq_queue WHERE queue = :queue;
 
 -- name: running_count
 SELECT COUNT(*) FROM portq_job WHERE queue = :queue AND state = 'running';
@@ -374,3 +391,37 @@ INSERT INTO portq_queue (queue, concurrency_limit, updated_at)
 VALUES (:queue, :max_running, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 ON CONFLICT (queue) DO UPDATE SET concurrency_limit = excluded.concurrency_limit,
                                   updated_at = excluded.updated_at;
+
+-- name: set_rate_limit
+-- At most :rate_limit jobs of the queue started per :period_ms (NULLs: no rate limit, and
+-- the log is cleared); the row is made on first use. A changed limit keeps the log.
+INSERT INTO portq_queue (queue, rate_limit, rate_period_ms, updated_at)
+VALUES (:queue, :rate_limit, :period_ms, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET
+    rate_limit = excluded.rate_limit, rate_period_ms = excluded.rate_period_ms,
+    rate_log = CASE WHEN excluded.rate_limit IS NULL THEN NULL ELSE portq_queue.rate_log END,
+    updated_at = excluded.updated_at;
+
+-- name: db_clock_ms
+-- The clock in epoch milliseconds (the claim holds the write lock already).
+SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER);
+
+-- name: set_rate_log
+UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue;
+
+-- name: ensure_queue
+-- The queue's row, made if missing (the other engines lock it; here the write lock is
+-- already held, so it is only made).
+INSERT INTO portq_queue (queue, updated_at) VALUES (:queue, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO NOTHING;
+
+-- name: key_running_count
+SELECT count(*) FROM portq_job
+WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'running';
+
+-- name: unclaim
+-- Put back a job this claim took beyond its key's limit: ready again, attempt undone.
+UPDATE portq_job
+SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running';

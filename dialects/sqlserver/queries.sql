@@ -77,13 +77,15 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, SYSUTCD
 -- then fails with 2627/2601, which SqlServerBackend.insert_job catches (the statement is
 -- rolled back, the transaction goes on: XACT_ABORT OFF) before reading the existing id.
 -- name: insert_job
-INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key)
+INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
+                       concurrency_key, concurrency_limit)
 OUTPUT inserted.job_id
 SELECT :queue, :payload, :priority,
        COALESCE(CAST(:run_at AS DATETIME2(6)),
                 DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
                         DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))),
-       :max_attempts, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020))
+       :max_attempts, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020)),
+       CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020)), CAST(:concurrency_limit AS INT)
 WHERE NOT EXISTS (
     SELECT 1 FROM portq_job
     WHERE :key IS NOT NULL AND job_key IS NOT NULL
@@ -101,12 +103,21 @@ WHERE job_key IS NOT NULL AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARB
 -- name: claim
 WITH c AS (
     SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
-           job_key, worker_id, lease_until
+           job_key, worker_id, lease_until, concurrency_key, concurrency_limit
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
       -- a paused queue claims nothing (one primary-key probe)
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+      -- per-key limits: skip a keyed job whose key has its limit of running jobs. READPAST:
+      -- never wait on another claimer's uncommitted rows (it recounts after it gets the
+      -- queue row's lock: SqlBackend.settle_keys); READCOMMITTEDLOCK makes READPAST legal
+      -- under READ_COMMITTED_SNAPSHOT ON.
+      AND (concurrency_key IS NULL
+           OR (SELECT COUNT(*) FROM portq_job AS r WITH (READCOMMITTEDLOCK, READPAST)
+               WHERE r.queue = :queue AND r.concurrency_key = portq_job.concurrency_key
+                 AND r.state = N'running' AND r.concurrency_key IS NOT NULL)
+              < concurrency_limit)
     ORDER BY priority DESC, run_at, job_id
 )
 UPDATE c
@@ -117,7 +128,9 @@ SET state = N'running',
                           DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
 OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
        inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
-       inserted.lease_until;
+       inserted.lease_until,
+       CAST(inserted.concurrency_key AS NVARCHAR(510)) AS concurrency_key,
+       inserted.concurrency_limit;
 
 -- name: renew
 UPDATE portq_job
@@ -465,10 +478,16 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 -- name: paused_queues
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
+-- name: queue_limits
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+SELECT queue, CAST(paused AS INT), concurrency_limit, rate_limit, rate_period_ms
+FROM portq_queue WHERE :queue = N'*' OR queue = :queue;
+
 -- name: queue_control
--- The queue's concurrency limit, update-locked to the end of the claim's transaction:
--- claimers of a limited queue take turns counting its running jobs.
-SELECT concurrency_limit FROM portq_queue WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
+-- The queue's limits, update-locked to the end of the claim's transaction: claimers of a
+-- limited queue take turns counting its running jobs and reading its rate log.
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+FROM portq_queue WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
 WHERE queue = :queue;
 
 -- name: running_count
@@ -483,3 +502,45 @@ USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
 WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running, updated_at = SYSUTCDATETIME()
 WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
     VALUES (s.queue, :max_running, SYSUTCDATETIME());
+
+-- name: set_rate_limit
+-- At most :rate_limit jobs started per :period_ms (NULLs: none, and the log is cleared).
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET
+    rate_log = CASE WHEN CAST(:rate_limit AS INT) IS NULL THEN NULL ELSE t.rate_log END,
+    rate_limit = CAST(:rate_limit AS INT), rate_period_ms = CAST(:period_ms AS BIGINT),
+    updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, rate_limit, rate_period_ms, updated_at)
+    VALUES (s.queue, CAST(:rate_limit AS INT), CAST(:period_ms AS BIGINT), SYSUTCDATETIME());
+
+-- name: db_clock_ms
+-- The DB clock in epoch milliseconds, read by a statement after queue_control took the
+-- row's lock (DATEDIFF_BIG: SQL Server 2016+).
+SELECT DATEDIFF_BIG(MILLISECOND, CAST('1970-01-01' AS DATETIME2(6)), SYSUTCDATETIME());
+
+-- name: set_rate_log
+UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue;
+
+-- name: ensure_queue
+-- The queue's row, made if missing (a key-range lock makes a concurrent insert wait).
+INSERT INTO portq_queue (queue, updated_at)
+SELECT :queue, SYSUTCDATETIME()
+WHERE NOT EXISTS (SELECT 1 FROM portq_queue WITH (UPDLOCK, HOLDLOCK) WHERE queue = :queue);
+
+-- name: key_running_count
+-- A key's running jobs, read after the queue row's lock. READPAST skips rows another
+-- transaction holds locked: a claimer not yet through its own recount (it counts this
+-- one's rows after it gets the lock) -- and also a running row a completion or failure
+-- has locked but not committed (an undercount only if that transaction rolls back).
+-- This transaction's own rows are counted (its own locks do not block it).
+SELECT COUNT(*) FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
+WHERE queue = :queue AND concurrency_key = CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020))
+  AND state = N'running' AND concurrency_key IS NOT NULL;
+
+-- name: unclaim
+-- Put back a job this claim took beyond its key's limit: ready again, attempt undone.
+UPDATE portq_job
+SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id) AND state = N'running';

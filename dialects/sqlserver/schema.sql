@@ -152,3 +152,26 @@ CREATE TABLE portq_queue (
     updated_at DATETIME2(6) NOT NULL CONSTRAINT portq_queue_updated_df DEFAULT SYSUTCDATETIME()
 );
 CREATE INDEX portq_job_running_idx ON portq_job (queue) WHERE state = N'running';
+
+-- migration: 7
+-- Rate limits (Queue.set_rate_limit): at most rate_limit jobs of the queue started per
+-- rate_period_ms over a sliding window; rate_log is a compact JSON list of
+-- [db_epoch_ms, jobs] pairs (at most 64), read and written by claims holding this row's
+-- update lock (docs/operations.md, "Rate limits").
+ALTER TABLE portq_queue ADD
+    rate_limit     INT           NULL CONSTRAINT portq_queue_rate_limit_ck CHECK (rate_limit > 0),
+    rate_period_ms BIGINT        NULL CONSTRAINT portq_queue_rate_period_ck CHECK (rate_period_ms > 0),
+    rate_log       NVARCHAR(MAX) NULL;
+-- Per-key concurrency limits (enqueue(concurrency_key=, concurrency_limit=)): VARBINARY like
+-- job_key (compared as bytes: the default collations ignore case, accents and trailing
+-- spaces).
+ALTER TABLE portq_job ADD
+    concurrency_key   VARBINARY(1020) NULL,
+    concurrency_limit INT             NULL,
+    CONSTRAINT portq_job_ckey_ck CHECK (
+        (concurrency_key IS NULL AND concurrency_limit IS NULL)
+        OR (DATALENGTH(concurrency_key) > 0 AND concurrency_limit > 0));
+-- counts a key's running jobs for the claim's row filter and its recount (filtered: the
+-- statements repeat the filter's literals)
+CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
+    WHERE state = N'running' AND concurrency_key IS NOT NULL;

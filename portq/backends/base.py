@@ -54,6 +54,18 @@ T = TypeVar("T")
 JOB_ORDERS = {"id": "jobs", "-id": "jobs_newest", "run_at": "jobs_by_run_at"}
 #: a worker that found no concurrency limit on a queue looks again after this long
 LIMIT_RECHECK_S = 1.0
+#: a queue whose claim returned jobs with a concurrency key claims in a transaction of its
+#: own (which settles the keys) for this long before the one-statement claim is tried again
+KEYED_RECHECK_S = 60.0
+#: most entries a queue's rate log keeps: older ones merge into the next (counted as late
+#: as it: stricter, never looser)
+RATE_LOG_MAX = 64
+#: the guard added to a rate limit's window: min(this, RATE_GUARD_FRACTION * period)
+RATE_GUARD_MAX_MS = 250
+RATE_GUARD_FRACTION = 0.05
+#: columns of a claimed row (CLAIM_COLUMNS in SqlBackend.job_from_row): where the
+#: concurrency key, the job's key limit, the generation and the priority are
+CKEY_COLUMN, CLIMIT_COLUMN, GENERATION_COLUMN, PRIORITY_COLUMN = 8, 9, 4, 3
 ALL_QUEUES = "*"  # bound instead of NULL for "every queue" (or state); never a valid name
 #: longest idle sleep of a worker that only polls: a new job waits at most this long
 POLL_IDLE_MAX = 0.25
@@ -125,6 +137,9 @@ class SqlBackend(Backend):
         self._lock = threading.Lock()
         # queue -> monotonic time until which it is known to have no concurrency limit
         self._unlimited_until: dict[str, float] = {}
+        # queue -> monotonic time until which its claims settle concurrency keys in the
+        # claim's own transaction (a recent claim returned keyed jobs)
+        self._keyed_until: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
@@ -458,12 +473,7 @@ class SqlBackend(Backend):
         unique = job.unique
         assert unique is not None
         params = {"hash": unique.hash}
-        try:
-            self.execute(cur, "unique_ensure", params)
-        except Exception as exc:  # Oracle's MERGE: a concurrent first insert of the key
-            if self.classify(exc) is not ErrorKind.UNIQUE:
-                raise
-            self.execute(cur, "unique_ensure", params)  # the row exists now
+        self.ensure_row(cur, "unique_ensure", params)
         locked = self.execute(cur, "unique_lock", params).fetchone()
         if locked is not None and locked[0] is not None and unique.holds_key(self.execute(
                 cur, "unique_job", {"job_id": locked[0], "period_ms": unique.period_ms}
@@ -475,6 +485,16 @@ class SqlBackend(Backend):
         self.execute(cur, "unique_point", {**params, "job_id": result.id})
         self.announce(cur, [job.queue])
         return result
+
+    def ensure_row(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Run the make-if-missing statement ``name``; a unique violation (Oracle's MERGE
+        meeting a concurrent first insert, which rolls back only the statement) means the
+        row exists now."""
+        try:
+            self.execute(cur, name, params)
+        except Exception as exc:
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise
 
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Insert each job on ``cur`` (never committing); existing keys return their id."""
@@ -508,6 +528,7 @@ class SqlBackend(Backend):
             "queue": job.queue, "payload": job.payload_json, "priority": job.priority,
             "run_at": None if job.run_at is None else self.to_db_time(job.run_at),
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
+            "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
         }
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
@@ -522,34 +543,97 @@ class SqlBackend(Backend):
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
         if self.known_unlimited(queue):
             rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+            rows = self.settle_after(params, rows)
         else:
             rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params))
         return [self.job_from_row(row, worker_id) for row in rows]
 
     def known_unlimited(self, queue: str) -> bool:
-        """True while a claim of ``queue`` found no concurrency limit less than
-        ``LIMIT_RECHECK_S`` ago: its claims skip the limit's extra statements until then."""
-        return self._unlimited_until.get(queue, 0.0) > time.monotonic()
+        """True while a claim of ``queue`` found no concurrency or rate limit less than
+        ``LIMIT_RECHECK_S`` ago and none returned keyed jobs in ``KEYED_RECHECK_S``: its
+        claims skip the limits' extra statements until then. A worker gives such a queue
+        its look-ahead; a queue that is not known unlimited gets none."""
+        now = time.monotonic()
+        return self._unlimited_until.get(queue, 0.0) > now and \
+            self._keyed_until.get(queue, 0.0) <= now
 
     def claim_within_limit(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
         """Claim in the open transaction, at most the queue's concurrency limit minus its
-        running jobs: the limit's row stays locked to commit, so claimers of the queue on
-        every host take turns and never exceed it together."""
+        running jobs and its rate limit minus the jobs started in the (guarded) window: the
+        queue's row stays locked to commit, so claimers of the queue on every host take
+        turns and never exceed either together. Keyed jobs are settled (settle_keys)."""
         queue = params["queue"]
         row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
-        if row is None or row[0] is None:
+        max_running, rate_limit, period_ms, rate_log = row if row is not None else (None,) * 4
+        if max_running is None and rate_limit is None:
             self._unlimited_until[queue] = time.monotonic() + LIMIT_RECHECK_S
-            return self.claim_rows(cur, params)
+            return self.settle_keys(cur, params, self.claim_rows(cur, params),
+                                    locked=row is not None)
         self._unlimited_until.pop(queue, None)
-        running = int(self.execute(cur, "running_count", {"queue": queue}).fetchone()[0])
-        free = int(row[0]) - running
-        if free <= 0:
+        want = int(params["limit"])
+        if max_running is not None:
+            running = int(self.execute(cur, "running_count", {"queue": queue}).fetchone()[0])
+            want = min(want, int(max_running) - running)
+        window: RateWindow | None = None
+        if rate_limit is not None and want > 0:
+            now_ms = int(self.execute(cur, "db_clock_ms").fetchone()[0])
+            window = RateWindow.read(int(rate_limit), int(period_ms or 0),
+                                     self.load_text(rate_log), now_ms)
+            want = min(want, window.allowed)
+        if want <= 0:
             return []
-        return self.claim_rows(cur, {**params, "limit": min(int(params["limit"]), free)})
+        rows = self.settle_keys(cur, params, self.claim_rows(cur, {**params, "limit": want}),
+                                locked=True)
+        if window is not None and rows:
+            self.execute(cur, "set_rate_log",
+                         {"queue": queue, "rate_log": window.log_after(len(rows))})
+        return rows
+
+    def settle_after(self, params: dict[str, Any], rows: list[Sequence[Any]]
+                     ) -> list[Sequence[Any]]:
+        """After a one-statement claim (already committed) that returned keyed jobs: settle
+        them in a transaction of its own, before any is handed out (:meth:`settle_keys`;
+        the queue's next claims settle in their own transaction)."""
+        if all(row[CKEY_COLUMN] is None for row in rows):
+            return rows
+        return self.run("claim", lambda cur: self.settle_keys(cur, params, rows, locked=False))
+
+    def settle_keys(self, cur: Any, params: dict[str, Any], rows: list[Sequence[Any]], *,
+                    locked: bool) -> list[Sequence[Any]]:
+        """Enforce per-key limits on a claim's ``rows``: the claim's row filter races with
+        other claimers (and passes several jobs of one key together), so lock the queue's
+        row (made if missing; ``locked``: already held), recount each claimed key's running
+        jobs (a non-locking read: committed claims plus this one's own) and put back to
+        ready the jobs beyond a key's limit, last in claim order first. Claimers that took
+        keyed jobs of a queue take turns here; each counts all that committed before it."""
+        keyed = [row for row in rows if row[CKEY_COLUMN] is not None]
+        if not keyed:
+            return rows
+        queue = params["queue"]
+        self._keyed_until[queue] = time.monotonic() + KEYED_RECHECK_S
+        if not locked:
+            self.ensure_row(cur, "ensure_queue", {"queue": queue})
+            self.execute(cur, "queue_control", {"queue": queue}).fetchall()
+        running = {key: int(self.execute(cur, "key_running_count", {
+            "queue": queue, "concurrency_key": key}).fetchone()[0])
+            for key in sorted({str(row[CKEY_COLUMN]) for row in keyed})}
+        back = {id(row) for row in over_key_limits(keyed, running)}
+        for row in keyed:
+            if id(row) in back:
+                self.execute(cur, "unclaim", {"job_id": row[0],
+                                              "generation": row[GENERATION_COLUMN],
+                                              "worker_id": params["worker_id"]})
+        return [row for row in rows if id(row) not in back]
 
     def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
         self.run("set_concurrency_limit", lambda cur: self.execute(
             cur, "set_concurrency_limit", {"queue": queue, "max_running": max_running}))
+        self._unlimited_until.pop(queue, None)
+
+    def set_rate_limit(self, queue: str, limit: int | None, period_ms: int | None) -> None:
+        self.run("set_rate_limit", lambda cur: self.execute(
+            cur, "set_rate_limit", {"queue": queue, "rate_limit": limit,
+                                    "period_ms": period_ms}))
         self._unlimited_until.pop(queue, None)
 
     def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
@@ -557,15 +641,16 @@ class SqlBackend(Backend):
         return list(self.execute(cur, "claim", params).fetchall())
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
-    #: max_attempts, job_key, lease_until
+    #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit
     def job_from_row(self, row: Sequence[Any], worker_id: str) -> Job:
-        job_id, queue, payload, priority, attempts, max_attempts, key, lease_until = row
+        (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
+         concurrency_key, _) = row
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
         return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-                   priority=int(priority), claim=claim)
+                   priority=int(priority), claim=claim, concurrency_key=concurrency_key)
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
@@ -681,11 +766,14 @@ class SqlBackend(Backend):
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
 
-        def go(cur: Any) -> tuple[list[Any], list[Any], set[str]]:
+        def go(cur: Any) -> tuple[list[Any], list[Any], list[Any]]:
             return (list(self.execute(cur, "stats", params).fetchall()),
                     list(self.execute(cur, "attempt_stats", params).fetchall()),
-                    {str(r[0]) for r in self.execute(cur, "paused_queues", {}).fetchall()})
-        rows, attempt_rows, paused = self.run("stats", go, write=False)
+                    list(self.execute(cur, "queue_limits", params).fetchall()))
+        rows, attempt_rows, limit_rows = self.run("stats", go, write=False)
+        limits = {str(q): QueueLimits(bool(p), _int_or_none(c), _int_or_none(r),
+                                      None if ms is None else int(ms) / 1000)
+                  for q, p, c, r, ms in limit_rows}
         attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
         for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
@@ -700,11 +788,12 @@ class SqlBackend(Backend):
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
                 cancelled=int(cancelled or 0), oldest_ready_age_s=age, failed_1h=failed_1h,
                 succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None,
-                paused=q in paused))
+                **limits.get(q, NO_LIMITS).as_fields()))
         listed = {s.queue for s in out}
         out += [QueueStats(queue=q, ready=0, scheduled=0, running=0, succeeded=0, dead=0,
-                           cancelled=0, oldest_ready_age_s=None, paused=True)
-                for q in paused - listed if queue in (None, q)]  # paused with no jobs
+                           cancelled=0, oldest_ready_age_s=None, **lim.as_fields())
+                for q, lim in limits.items()
+                if q not in listed and lim != NO_LIMITS]  # paused or limited, no jobs
         return sorted(out, key=lambda s: s.queue)
 
     def set_paused(self, queue: str, paused: bool) -> None:
@@ -907,6 +996,87 @@ class SqlBackend(Backend):
 
 class _MissingSchema(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """A queue's flow control as ``portq stats`` shows it (its ``portq_queue`` row)."""
+
+    paused: bool = False
+    concurrency_limit: int | None = None
+    rate_limit: int | None = None
+    rate_period_s: float | None = None
+
+    def as_fields(self) -> dict[str, Any]:
+        return {"paused": self.paused, "concurrency_limit": self.concurrency_limit,
+                "rate_limit": self.rate_limit, "rate_period_s": self.rate_period_s}
+
+
+NO_LIMITS = QueueLimits()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def rate_guard_ms(period_ms: int) -> int:
+    """The guard added to a rate limit's window (see :class:`RateWindow`)."""
+    return min(RATE_GUARD_MAX_MS, int(period_ms * RATE_GUARD_FRACTION))
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    """A rate-limited queue's log as one claim reads it: ``allowed`` jobs may start now.
+
+    The log holds ``[db_epoch_ms, jobs]`` per claim that started jobs. A claim at DB time
+    ``now`` counts the entries newer than ``now - (period + guard)``: any set of claims
+    within a span shorter than that window is counted whole by the latest of them, so
+    claims obey "at most ``limit`` per ``period + guard``", and handler starts (each
+    within ``guard`` after its claim's clock reading) obey "at most ``limit`` per
+    ``period``" in every sliding window."""
+
+    limit: int
+    now_ms: int
+    entries: tuple[tuple[int, int], ...]
+
+    @classmethod
+    def read(cls, limit: int, period_ms: int, log_text: str | None, now_ms: int
+             ) -> RateWindow:
+        since = now_ms - period_ms - rate_guard_ms(period_ms)
+        entries = tuple((int(t), int(n)) for t, n in json.loads(log_text or "[]")
+                        if int(t) > since)  # a clock that stepped back: still counted
+        return cls(limit, now_ms, entries)
+
+    @property
+    def allowed(self) -> int:
+        return max(0, self.limit - sum(n for _, n in self.entries))
+
+    def log_after(self, claimed: int) -> str:
+        """The log to write back after claiming ``claimed`` jobs now (compact JSON)."""
+        entries = [list(e) for e in self.entries] + [[self.now_ms, claimed]]
+        while len(entries) > RATE_LOG_MAX:
+            (t0, n0), (t1, n1) = entries[0], entries[1]
+            entries[:2] = [[max(t0, t1), n0 + n1]]
+        return json.dumps(entries, separators=(",", ":"))
+
+
+def over_key_limits(keyed: Sequence[Sequence[Any]], running: dict[str, int]
+                    ) -> list[Sequence[Any]]:
+    """The claimed ``keyed`` rows to put back: per key, ``running[key]`` (this claim's own
+    rows included) minus the key's limit, taken from the end of the claim order (priority,
+    then job id). A job is kept while fewer than its own limit of its key run besides it."""
+    back: list[Sequence[Any]] = []
+    for key in {str(row[CKEY_COLUMN]) for row in keyed}:
+        mine = sorted((row for row in keyed if str(row[CKEY_COLUMN]) == key),
+                      key=lambda row: (-int(row[PRIORITY_COLUMN]), int(row[0])))
+        others = running[key] - len(mine)
+        kept = 0
+        for row in mine:
+            if others + kept < int(row[CLIMIT_COLUMN]):
+                kept += 1
+            else:
+                back.append(row)
+    return back
 
 
 @dataclass

@@ -105,6 +105,17 @@ class MysqlBackend(SqlBackend):
         finally:
             self.execute(cur, release).fetchall()
 
+    def run_ddl(self, cur: Any, statement: str) -> None:
+        """Run one migration statement; an ``ALTER TABLE`` that meets a column or index
+        it adds (1060 duplicate column, 1061 duplicate key name) was applied whole by a run
+        cut short (one ALTER is atomic on InnoDB): skip it."""
+        try:
+            cur.execute(statement)
+        except pymysql.err.MySQLError as exc:
+            if not (exc.args and exc.args[0] in (1060, 1061)
+                    and statement.lstrip().upper().startswith("ALTER TABLE")):
+                raise
+
     def insert_jobs(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """Runs of jobs without a key go in one multi-row INSERT each (up to
         ``BULK_ROWS``); a keyed job is one ``INSERT ... ON DUPLICATE KEY UPDATE``, whose

@@ -150,7 +150,9 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
             f'{{"queue":{json.dumps(job.queue)},"payload":{json.dumps(job.payload_json)},'
             f'"priority":{job.priority:d},"run_at":{json.dumps(run_at)},'
             f'"delay_ms":{job.delay_ms:d},"max_attempts":{job.max_attempts:d},'
-            f'"job_key":{json.dumps(job.key)}}}')
+            f'"job_key":{json.dumps(job.key)},'
+            f'"concurrency_key":{json.dumps(job.concurrency_key)},'
+            f'"concurrency_limit":{json.dumps(job.concurrency_limit)}}}')
     return "[" + ",".join(parts) + "]"
 
 

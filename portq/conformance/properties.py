@@ -165,6 +165,20 @@ PROPERTIES = (
         "test_worker_processes_never_exceed_the_queue_limit",
         "test_bad_limits_are_refused",
         "test_portq_limit_sets_and_clears_the_running_limit")),
+    Property("rate limits", (
+        "test_claims_stop_at_the_rate_limit",
+        "test_a_rate_limit_of_one_queue_leaves_others_alone",
+        "test_rate_and_running_limits_combine",
+        "test_bad_rate_limits_are_refused",
+        "test_worker_processes_never_exceed_the_rate_limit",
+        "test_portq_limit_sets_and_clears_the_rate_limit")),
+    Property("per-key concurrency limits", (
+        "test_a_full_key_is_skipped_not_waited_on",
+        "test_keys_are_separate_and_exact",
+        "test_concurrent_claimers_never_exceed_a_key",
+        "test_enqueue_paths_store_the_key",
+        "test_bad_key_limits_are_refused",
+        "test_worker_processes_never_exceed_a_key_limit")),
     Property("worker registry", (
         "test_registry_row_round_trips_and_renews",
         "test_registry_rows_expire_when_heartbeats_stop",

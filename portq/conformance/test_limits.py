@@ -29,6 +29,36 @@ def most_at_once(spans: Sequence[dict[str, Any]]) -> int:
     return peak
 
 
+def spans_of_workers(engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path,
+                     jobs: Sequence[dict[str, Any]], *, processes_n: int, concurrency: int,
+                     sleep: float, idle_max: str = "0.2s", timeout: float = 90
+                     ) -> list[dict[str, Any]]:
+    """Start ``processes_n`` worker processes running the ``span`` handler, enqueue
+    ``jobs`` once they all started, wait until every job succeeded, stop them; the handlers'
+    records (every job ran exactly once, on two processes at least)."""
+    record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        for _ in range(processes_n):
+            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span",
+                                        record, log, "--concurrency", str(concurrency),
+                                        "--idle-max", idle_max, "--reap-interval", "0s",
+                                        sleep=sleep))
+        assert wait_until(lambda: log.read_text().count("worker.started") == processes_n,
+                          timeout=60)
+        ids = queue.enqueue_many(jobs)
+        done = wait_until(lambda: counts(queue, qname)["succeeded"] == len(jobs),
+                          timeout=timeout)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(30)
+    assert done, (counts(queue, qname), log.read_text()[-3000:])
+    spans = read_records(record)
+    assert sorted(s["job_id"] for s in spans) == sorted(ids)
+    assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
+    return spans
+
+
 def test_claims_stop_at_the_concurrency_limit(queue: portq.Queue, qname: str) -> None:
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(5)])
     queue.set_concurrency_limit(qname, 2)
@@ -63,25 +93,10 @@ def test_worker_processes_never_exceed_the_queue_limit(
     timestamps), though the processes could run five; every job runs once."""
     n, limit = 24, 2
     queue.set_concurrency_limit(qname, limit)
-    record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        for _ in range(5):
-            procs.append(worker_process(engine_url, queue.backend.prefix, qname, "span",
-                                        record, log,
-                                        "--concurrency", "1", "--idle-max", "0.2s",
-                                        "--reap-interval", "0s", sleep=0.3))
-        assert wait_until(lambda: log.read_text().count("worker.started") == 5, timeout=60)
-        ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
-        done = wait_until(lambda: counts(queue, qname)["succeeded"] == n, timeout=90)
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(30)
-    assert done, (counts(queue, qname), log.read_text()[-3000:])
-    spans = read_records(record)
-    assert sorted(s["job_id"] for s in spans) == sorted(ids)
+    spans = spans_of_workers(engine_url, queue, qname, tmp_path,
+                             [{"queue": qname, "payload": i} for i in range(n)],
+                             processes_n=5, concurrency=1, sleep=0.3)
     assert most_at_once(spans) == limit, most_at_once(spans)
-    assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
 
 
 def test_portq_limit_sets_and_clears_the_running_limit(

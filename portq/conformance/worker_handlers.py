@@ -75,10 +75,11 @@ def block(job: Job) -> None:
 
 def span(job: Job) -> None:
     """Sleep ``PORTQT_SLEEP`` seconds, then record the job with its handler's own start and
-    end times (``start``, ``end``: time.time()), for limits checked from handlers' clocks."""
+    end times (``start``, ``end``: time.time()) and its concurrency key, for limits checked
+    from handlers' clocks."""
     start = time.time()
     time.sleep(float(os.environ.get("PORTQT_SLEEP", "0")))
-    _append(job, start=start, end=time.time())
+    _append(job, start=start, end=time.time(), concurrency_key=job.concurrency_key)
 
 
 def until_cancelled(job: Job) -> str:

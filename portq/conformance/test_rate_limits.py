@@ -1,0 +1,118 @@
+"""Rate limits: at most N jobs of a queue started per period, in every sliding window,
+across every worker process; enforced in the claim transaction. Checked from the
+handlers' own start times."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import portq
+from portq.conformance.helpers import run_portq
+from portq.conformance.plugin import TEST_PREFIX
+from portq.conformance.test_limits import spans_of_workers
+
+
+def most_in_window(starts: Sequence[float], seconds: float) -> int:
+    """The most of ``starts`` within any half-open window [t, t + seconds)."""
+    ordered = sorted(starts)
+    most = end = 0
+    for i, t in enumerate(ordered):
+        while end < len(ordered) and ordered[end] < t + seconds:
+            end += 1
+        most = max(most, end - i)
+    return most
+
+
+def test_claims_stop_at_the_rate_limit(queue: portq.Queue, qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(10)])
+    queue.set_rate_limit(qname, 3, 1.0)
+    assert len(queue.claim(qname, "w1", limit=10)) == 3
+    assert queue.claim(qname, "w2", limit=10) == []
+    time.sleep(1.2)  # the period and its guard (50 ms) have passed
+    assert len(queue.claim(qname, "w2", limit=2)) == 2
+    assert len(queue.claim(qname, "w2", limit=10)) == 1
+    assert [s.rate_limit for s in queue.stats(qname)] == [3]
+    assert [s.rate_period_s for s in queue.stats(qname)] == [1.0]
+    queue.set_rate_limit(qname, None)
+    assert len(queue.claim(qname, "w3", limit=10)) == 4
+    assert [s.rate_limit for s in queue.stats(qname)] == [None]
+
+
+def test_a_rate_limit_of_one_queue_leaves_others_alone(queue: portq.Queue, qname: str) -> None:
+    other = f"{qname}-free"
+    queue.enqueue_many([{"queue": q, "payload": i} for q in (qname, other) for i in range(3)])
+    queue.set_rate_limit(qname, 1, 60)
+    assert len(queue.claim(qname, "w", limit=10)) == 1
+    assert len(queue.claim(other, "w", limit=10)) == 3
+
+
+def test_rate_and_running_limits_combine(queue: portq.Queue, qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(10)])
+    queue.set_rate_limit(qname, 5, 60)
+    queue.set_concurrency_limit(qname, 2)
+    first = queue.claim(qname, "w", limit=10)
+    assert len(first) == 2
+    assert all(queue.complete(j) for j in first)
+    assert len(queue.claim(qname, "w", limit=10)) == 2
+    assert queue.claim(qname, "w", limit=10) == []  # running limit
+    queue.set_concurrency_limit(qname, None)
+    assert len(queue.claim(qname, "w", limit=10)) == 1  # the rate's fifth job
+
+
+def test_bad_rate_limits_are_refused(queue: portq.Queue, qname: str) -> None:
+    for limit, per in ((0, 1.0), (-1, 1.0), ("2", 1.0), (True, 1.0), (5, None), (5, 0),
+                       (5, -1), (5, 0.001), (10**7, 1.0)):
+        with pytest.raises(portq.ConfigurationError):
+            queue.set_rate_limit(qname, limit, per)  # type: ignore[arg-type]
+    with pytest.raises(portq.ConfigurationError, match="per_seconds"):
+        queue.set_rate_limit(qname, None, 1.0)
+
+
+def test_worker_processes_never_exceed_the_rate_limit(
+        engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
+    """Eight worker processes, 50 jobs per 2 s: in every sliding 2-second window of the
+    handlers' own start times at most 50 started; and the limit was reached (the test
+    fails if the queue ran too fast or far too slowly)."""
+    n, limit, period = 300, 50, 2.0
+    queue.set_rate_limit(qname, limit, period)
+    spans = spans_of_workers(engine_url, queue, qname, tmp_path,
+                             [{"queue": qname, "payload": i} for i in range(n)],
+                             processes_n=8, concurrency=4, sleep=0.02, idle_max="0.1s",
+                             timeout=120)
+    starts = [s["start"] for s in spans]
+    assert most_in_window(starts, period) <= limit, most_in_window(starts, period)
+    # reached the limit: full windows, and no slower than 1.6x the limit's pace
+    assert most_in_window(starts, period) >= 0.8 * limit, most_in_window(starts, period)
+    took = max(starts) - min(starts)
+    assert took <= 1.6 * (n / limit - 1) * period, took
+
+
+def test_portq_limit_sets_and_clears_the_rate_limit(
+        engine_url: str, queue: portq.Queue, qname: str) -> None:
+    """``portq limit URL QUEUE --rate N/PERIOD`` sets the rate the claim enforces and
+    ``portq stats`` shows it; ``--rate none`` clears it; bad values are one-line errors
+    (exit 2), not tracebacks."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+    out = run_portq("limit", engine_url, qname, "--rate", "1/1m", "--prefix", TEST_PREFIX)
+    assert "1 jobs started per 1m" in out.stdout, out.stdout
+    assert len(queue.claim(qname, "w1", limit=10)) == 1
+    assert queue.claim(qname, "w1", limit=10) == []
+    stats = run_portq("stats", engine_url, "--queue", qname, "--prefix", TEST_PREFIX)
+    assert "1/1m" in stats.stdout, stats.stdout
+    js = run_portq("stats", engine_url, "--queue", qname, "--prefix", TEST_PREFIX, "--json")
+    assert '"rate_limit": 1' in js.stdout and '"rate_period_s": 60.0' in js.stdout
+    run_portq("limit", engine_url, qname, "--rate", "none", "--prefix", TEST_PREFIX)
+    assert len(queue.claim(qname, "w2", limit=10)) == 3
+    for bad in ("0/1s", "5", "5/0s", "x/1m", "5/1y", "-1/1s", "5/1ms"):
+        proc = run_portq("limit", engine_url, qname, "--rate", bad, "--prefix",
+                         TEST_PREFIX, check=False)
+        assert proc.returncode == 2 and "--rate" in proc.stderr, (bad, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert len(run_portq("limit", engine_url, qname, "--rate", "50/2s", "--prefix",
+                         TEST_PREFIX).stdout.splitlines()) == 1
+    assert [s.rate_limit for s in queue.stats(qname)] == [50]
+    assert [s.rate_period_s for s in queue.stats(qname)] == [2.0]
