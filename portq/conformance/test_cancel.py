@@ -74,20 +74,36 @@ def _cancelled_lines(log: Path, job_id: int) -> list[str]:
             if "job.cancelled" in line and f"job_id={job_id} " in line]
 
 
+def _cancel_while_running(queue: portq.Queue, engine_url: str, qname: str, job_id: int,
+                          tmp_path: Path, handler: str, *, hold: float = 0.0,
+                          settle: float = 0.0, sleep: float = 0.0,
+                          ) -> tuple[float, dict[str, Any], dict[str, int], Path]:
+    """Run ``job_id`` in a worker process with ``handler``, ``portq cancel`` it once it runs
+    (after ``hold`` seconds, still running), wait for the handler's second record and
+    ``settle`` seconds more, stop the worker. Returns when the cancel returned, that
+    record, the worker's stopped counters and its log."""
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        proc = worker_process(engine_url, TEST_PREFIX, qname, handler, record, log,
+                              "--lease", f"{LEASE_S:g}s", sleep=sleep)
+        procs.append(proc)
+        wait_for_records(record, 1, proc, log)
+        if hold:
+            time.sleep(hold)
+            assert queue.job(job_id).state == "running"  # type: ignore[union-attr]
+        returned = _cancel_by_cli(engine_url, job_id)
+        (_, second) = wait_for_records(record, 2, proc, log, timeout=30)
+        time.sleep(settle)
+        counters = _stop(proc, log)
+    return returned, second, counters, log
+
+
 def test_handler_checking_cancelled_ends_within_a_heartbeat(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     job_id = queue.enqueue(qname, "loop")
-    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        proc = worker_process(engine_url, TEST_PREFIX, qname, "until_cancelled", record, log,
-                              "--lease", f"{LEASE_S:g}s")
-        procs.append(proc)
-        wait_for_records(record, 1, proc, log)
-        time.sleep(LEASE_S)  # renewed meanwhile: only a cancel ends it
-        assert queue.job(job_id).state == "running"  # type: ignore[union-attr]
-        returned = _cancel_by_cli(engine_url, job_id)
-        (_, seen) = wait_for_records(record, 2, proc, log, timeout=30)
-        counters = _stop(proc, log)
+    # held a whole lease first, renewed meanwhile: only a cancel ends it
+    returned, seen, counters, log = _cancel_while_running(
+        queue, engine_url, qname, job_id, tmp_path, "until_cancelled", hold=LEASE_S)
     assert seen["seen"] is True
     took = seen["cancelled_at"] - returned
     print(f"\n[{queue.backend.engine}] job.cancelled() true {took:.3f}s after `portq cancel` "
@@ -102,16 +118,10 @@ def test_handler_checking_cancelled_ends_within_a_heartbeat(
 def test_handler_ignoring_cancel_still_ends_cancelled(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     job_id = queue.enqueue(qname, "ignore")
-    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        proc = worker_process(engine_url, TEST_PREFIX, qname, "ignore_cancel", record, log,
-                              "--lease", f"{LEASE_S:g}s", sleep=LEASE_S + 2)
-        procs.append(proc)
-        wait_for_records(record, 1, proc, log)
-        _cancel_by_cli(engine_url, job_id)
-        (_, returned) = wait_for_records(record, 2, proc, log, timeout=30)
-        time.sleep(0.5)  # its (refused) outcome, were any written, would be by now
-        counters = _stop(proc, log)
+    # settle: its (refused) outcome, were any written, would be by then
+    _, returned, counters, log = _cancel_while_running(
+        queue, engine_url, qname, job_id, tmp_path, "ignore_cancel", settle=0.5,
+        sleep=LEASE_S + 2)
     assert returned["seen"] is True  # told, though it took no notice
     _assert_cancelled(queue, job_id)
     assert len(_cancelled_lines(log, job_id)) == 1, log.read_text()[-3000:]
@@ -125,15 +135,8 @@ def test_async_handler_task_is_cancelled(queue: portq.Queue, engine_url: str, qn
     """``portq worker`` runs an ``async def`` handler on its thread's event loop: the
     handler's task gets CancelledError; nothing is retried or recorded."""
     job_id = queue.enqueue(qname, "await")
-    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
-    with processes() as procs:
-        proc = worker_process(engine_url, TEST_PREFIX, qname, "async_until_cancelled",
-                              record, log, "--lease", f"{LEASE_S:g}s")
-        procs.append(proc)
-        wait_for_records(record, 1, proc, log)
-        returned = _cancel_by_cli(engine_url, job_id)
-        (_, cancelled) = wait_for_records(record, 2, proc, log, timeout=30)
-        counters = _stop(proc, log)
+    returned, cancelled, counters, _ = _cancel_while_running(
+        queue, engine_url, qname, job_id, tmp_path, "async_until_cancelled")
     assert cancelled["seen"] is True
     took = cancelled["task_cancelled_at"] - returned
     print(f"\n[{queue.backend.engine}] async handler's task cancelled {took:.3f}s after "
@@ -220,7 +223,7 @@ def test_announced_cancel_reaches_the_worker_faster_than_a_heartbeat(
     cancel by id and for a bulk cancel alike."""
     if not getattr(queue.backend, "announces_cancel", False):
         not_applicable(f"{queue.backend.engine} announces no cancels: workers learn them "
-                    "within a heartbeat (test_heartbeat_tells_a_worker...)")
+                       "within a heartbeat (test_heartbeat_tells_a_worker...)")
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(2)])
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
