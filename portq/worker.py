@@ -310,6 +310,179 @@ class Mailbox(Generic[T]):
             self._lingering.notify_all()
 
 
+def claim_batch(batch: int | None, concurrency: int, capacity: int) -> int:
+    """Most jobs in one claim: ``batch`` when given, else enough to amortise a round trip
+    (:data:`DEFAULT_BATCH`, or ``concurrency`` when larger), never over ``capacity`` or
+    :data:`BATCH_LIMIT` (shared by both workers)."""
+    if batch is not None:
+        return positive_int(batch, "batch")
+    return min(capacity, max(concurrency, DEFAULT_BATCH), BATCH_LIMIT)
+
+
+class Outcomes:
+    """Counting and logging what became of a worker's jobs, one line per event (shared by
+    :class:`Worker` and ``portq.aio.AsyncWorker``)."""
+
+    def __init__(self, counters: WorkerCounters, worker_id: str,
+                 logger: logging.Logger) -> None:
+        self.counters, self.worker_id, self.log = counters, worker_id, logger
+
+    def written(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
+        """An outcome committed: ``succeeded``, or a failure (dead when ``retry_in`` is
+        None or the attempts are spent, else retried)."""
+        if outcome == "succeeded":
+            self.counters.add("succeeded", queue=job.queue)
+            self.log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
+                           job.id, job.queue, job.attempt, self.worker_id)
+        elif retry_in is None or job.attempt >= job.max_attempts:
+            self.counters.add("dead", queue=job.queue)
+            self.log.warning("job.dead job_id=%d queue=%s generation=%d attempt=%d/%d "
+                             "worker=%s error=%s", job.id, job.queue, job.attempt,
+                             job.attempt, job.max_attempts, self.worker_id, error_line(error))
+        else:
+            self.counters.add("retried", queue=job.queue)
+            self.log.info("job.retry job_id=%d queue=%s generation=%d attempt=%d/%d worker=%s "
+                          "in=%.2fs error=%s", job.id, job.queue, job.attempt, job.attempt,
+                          job.max_attempts, self.worker_id, retry_in, error_line(error))
+
+    def refused(self, job: Job, outcome: str, interrupted: bool, cancelled: bool) -> None:
+        """The database refused to record ``outcome`` (fencing): the job was cancelled by
+        an operator, or another owner or an expired lease took it."""
+        if cancelled:
+            self.cancelled(job, "its outcome's write was refused")
+            return
+        self.lost(job, f"another owner or an expired lease; outcome {outcome} not recorded"
+                  + (" (or recorded by the earlier attempt whose connection dropped during "
+                     "COMMIT)" if interrupted else ""))
+
+    def lost(self, job: Job, why: str) -> None:
+        """This worker no longer owns ``job``, and not because of a cancel."""
+        self.counters.add("lost", queue=job.queue)
+        self.log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: %s", job.id,
+                         job.queue, job.attempt, self.worker_id, why)
+
+    def cancelled(self, job: Job, how: str) -> None:
+        """An operator cancelled ``job`` (no longer owned): tell its handler, count, log."""
+        job._cancel.set()
+        self.counters.add("cancelled", queue=job.queue)
+        self.log.info("job.cancelled job_id=%d queue=%s generation=%d worker=%s: %s; the "
+                      "handler was told, its outcome is not recorded", job.id, job.queue,
+                      job.attempt, self.worker_id, how)
+
+    def released(self, job: Job, why: str) -> None:
+        """``job`` went back to ready, its attempt given back."""
+        self.counters.add("released", queue=job.queue)
+        self.log.warning("job.released job_id=%d queue=%s generation=%d worker=%s (%s)",
+                         job.id, job.queue, job.attempt, self.worker_id, why)
+
+
+class WriteRetry:
+    """How a worker writes an outcome through connection trouble (shared by both
+    workers): tries until the jobs' lease ends, sleeping 50 ms doubling to 2 s between
+    them. An earlier try cut during COMMIT may have committed after all
+    (:attr:`interrupted`), which a refused later try must not call a loss for certain."""
+
+    def __init__(self, jobs: Sequence[Job], lease: float, worker_id: str,
+                 logger: logging.Logger) -> None:
+        self.jobs, self.worker_id, self.log = jobs, worker_id, logger
+        self.deadline = time.monotonic() + lease
+        self.delay = 0.05
+        self.interrupted = False
+
+    def failed(self, exc: Exception) -> float | None:
+        """A try raised ``exc``: the seconds to sleep before the next, or None when the
+        lease ends first (logged: the jobs will run again)."""
+        ids = ",".join(str(j.id) for j in self.jobs)
+        if time.monotonic() + self.delay >= self.deadline:
+            self.log.error("job.report_failed job_id=%s worker=%s error=%s; the lease will "
+                           "expire and the job will run again", ids, self.worker_id, exc)
+            return None
+        if not self.interrupted:
+            self.log.warning("worker.db_error worker=%s error=%s: %s; retrying the report of "
+                             "job_id=%s until its lease ends", self.worker_id,
+                             type(exc).__name__, exc, ids)
+        self.interrupted = True
+        delay, self.delay = self.delay, min(self.delay * 2, 2.0)
+        return delay
+
+
+class Maintenance:
+    """The reaper (expired leases back to ready, or dead) and pruner (finished jobs
+    deleted in bounded batches) that a worker's main claim loop runs now and then (shared
+    by both workers; the async one runs :meth:`run_due` on a thread)."""
+
+    def __init__(self, queue: Queue, counters: WorkerCounters, worker_id: str, *,
+                 reap_interval: float | None, reap_delay: float,
+                 prune_interval: float | None, prune_older_than: float) -> None:
+        for what, value in (("reap_interval", reap_interval),
+                            ("prune_interval", prune_interval)):
+            if value is not None:
+                duration_ms(value, what)
+        duration_ms(reap_delay, "reap_delay", allow_zero=True)
+        duration_ms(prune_older_than, "prune_older_than", allow_zero=True)
+        self.queue, self.counters, self.worker_id = queue, counters, worker_id
+        self.reap_interval, self.reap_delay = reap_interval, reap_delay
+        self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
+        now = time.monotonic()  # jittered first runs: workers started together spread out
+        self._next_reap = now + random.uniform(0, reap_interval or 0)
+        self._next_prune = now + random.uniform(0, prune_interval or 0)
+        self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
+
+    def due(self) -> bool:
+        """Whether :meth:`run_due` has anything to do now."""
+        now = time.monotonic()
+        return bool((self.reap_interval and now >= self._next_reap) or
+                    (self.prune_interval and now >= self._next_prune))
+
+    def run_due(self) -> None:
+        """Reap and prune, each when its interval (jittered ±20 %) has passed."""
+        now = time.monotonic()
+        if self.reap_interval and now >= self._next_reap:
+            self._next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
+            n = self.queue.reap(limit=1000, delay=self.reap_delay)
+            if n:
+                # they are due reap_delay after the reap's statement, which ran before now
+                self._reaped_due_by = time.monotonic() + self.reap_delay
+                self.counters.add("reaped", n)
+                log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
+                            self.worker_id, n)
+        if self.prune_interval and now >= self._next_prune:
+            self._next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
+            n = self.queue.prune(self.prune_older_than, limit=1000)
+            self.counters.add("pruned", n)
+            if n:
+                log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
+
+    def reaped_waiting(self) -> bool:
+        """Jobs this reaper returned are not due yet (a ``burst`` worker waits for them)."""
+        return time.monotonic() < self._reaped_due_by
+
+
+def run_listener(listener: Listener, done: threading.Event, wake: Callable[[], None],
+                 cancel_announced: Callable[[int, int], None], worker_id: str) -> None:
+    """A listener thread's body (both workers): call ``wake`` whenever enqueue announces a
+    job on the worker's queues and ``cancel_announced(job_id, generation)`` for each
+    announced cancel, until ``done``; on errors poll only, retrying the connection with
+    growing sleeps. Closes the listener at the end."""
+    delay = 0.5
+    try:
+        while not done.is_set():
+            try:
+                if listener.wait(1.0):
+                    log.debug("worker.notified worker=%s", worker_id)
+                    wake()
+                for job_id, generation in listener.take_cancelled():
+                    cancel_announced(job_id, generation)
+                delay = 0.5
+            except Exception as exc:  # noqa: BLE001 - polling covers for us meanwhile
+                log.warning("worker.listen_error worker=%s error=%s: %s; polling only, "
+                            "retrying in %.1fs", worker_id, type(exc).__name__, exc, delay)
+                done.wait(delay)
+                delay = min(delay * 2, 30.0)
+    finally:
+        listener.close()
+
+
 def failure_summary(exc: BaseException) -> str:
     """The error text stored for a failed attempt: the traceback's last 4,000 characters."""
     return "".join(traceback.format_exception(exc, limit=8))[-4000:]
@@ -367,9 +540,8 @@ class Worker:
         #: most jobs this worker owns at once: running, waiting for a thread, or for their
         #: completion to commit (with the automatic look-ahead, a ceiling)
         self.capacity = self.concurrency + self.prefetch
-        self.batch = positive_int(batch, "batch") if batch is not None else \
-            self.capacity if not self.auto_lookahead else \
-            min(self.capacity, max(self.concurrency, DEFAULT_BATCH), BATCH_LIMIT)
+        self.batch = claim_batch(self.capacity if batch is None and not self.auto_lookahead
+                                 else batch, self.concurrency, self.capacity)
         if ack_delay is not None:
             duration_ms(ack_delay, "ack_delay", allow_zero=True)
         #: seconds the first completion of a batch may wait for others (0: a batch is
@@ -383,18 +555,9 @@ class Worker:
             raise ConfigurationError(f"need 0 < idle_min <= idle_max, got idle_min={idle_min!r}"
                                      f", idle_max={idle_max!r}")
         self.idle_min, self.idle_max = idle_min, idle_max
-        for what, value in (("reap_interval", reap_interval),
-                            ("prune_interval", prune_interval)):
-            if value is not None:
-                duration_ms(value, what)
-        duration_ms(reap_delay, "reap_delay", allow_zero=True)
-        duration_ms(prune_older_than, "prune_older_than", allow_zero=True)
         duration_ms(grace, "grace", allow_zero=True)
-        self.reap_interval, self.reap_delay = reap_interval, reap_delay
-        self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
         self.grace = grace
         self.burst = burst
-        self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
         self.worker_id = worker_id or new_worker_id()
         self.install_signals = install_signals
         self.heartbeat = heartbeat
@@ -404,6 +567,11 @@ class Worker:
         #: a Scheduler run beside this worker, whose entries the registry row reports
         self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
+        self.outcomes = Outcomes(self.counters, self.worker_id, log)
+        self.maintenance = Maintenance(queue, self.counters, self.worker_id,
+                                       reap_interval=reap_interval, reap_delay=reap_delay,
+                                       prune_interval=prune_interval,
+                                       prune_older_than=prune_older_than)
         self.gather_seconds = 0.005
         # a pool big enough for every handler's report (failures) plus the claim loops,
         # their completion batchers, the heartbeat, the reaper and the registry
@@ -490,8 +658,6 @@ class Worker:
         (``claimers`` > 1, on their own threads) only claim, and with the automatic
         look-ahead only while there is one (slow jobs need no second claim loop)."""
         pacing = Pacing(self.queues, self.idle_min, self.idle_max)
-        next_reap = time.monotonic() + random.uniform(0, self.reap_interval or 0)
-        next_prune = time.monotonic() + random.uniform(0, self.prune_interval or 0)
         while not self._stopping.is_set():
             if self.auto_lookahead:
                 if main:
@@ -501,13 +667,8 @@ class Worker:
                     continue
             try:
                 claimed = self._claim_round(pacing)
-                now = time.monotonic()
-                if main and self.reap_interval and now >= next_reap:
-                    next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
-                    self._reap()
-                if main and self.prune_interval and now >= next_prune:
-                    next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
-                    self._prune()
+                if main and self.maintenance.due():
+                    self.maintenance.run_due()
                 if main and self.burst and claimed == 0 and self._idle() and self._drained():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
@@ -631,25 +792,10 @@ class Worker:
         """The ``burst`` exit test: no job of the queues is ready and due or running
         (whoever runs it), and every job this worker's reaper returned has waited out its
         ``reap_delay`` (until then it is ready but not yet due, and would be left behind)."""
-        if time.monotonic() < self._reaped_due_by:
+        if self.maintenance.reaped_waiting():
             return False
         return all((s.ready == 0 or s.paused) and s.running == 0  # paused: left for later
                    for name in self.queues for s in self.queue.stats(name))
-
-    def _reap(self) -> None:
-        n = self.queue.reap(limit=1000, delay=self.reap_delay)
-        if n:
-            # they are due reap_delay after the reap's statement, which ran before now
-            self._reaped_due_by = time.monotonic() + self.reap_delay
-            self.counters.add("reaped", n)
-            log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
-                        self.worker_id, n)
-
-    def _prune(self) -> None:
-        n = self.queue.prune(self.prune_older_than, limit=1000)
-        self.counters.add("pruned", n)
-        if n:
-            log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
 
     # ---- running jobs -------------------------------------------------------------------
 
@@ -668,7 +814,9 @@ class Worker:
         if self.listen:
             listener = self.queue.backend.listener(self.queues)
             if listener is not None:
-                self._spawn(lambda: self._listen(listener), "portq-listen")
+                self._spawn(functools.partial(run_listener, listener, self._done, self.wake,
+                                              self._cancel_announced, self.worker_id),
+                            "portq-listen")
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -762,56 +910,26 @@ class Worker:
 
     def _write(self, jobs: Sequence[Job], write: Callable[[], list[bool]]
                ) -> tuple[list[bool], bool] | None:
-        """``write()`` retried through connection trouble until the jobs' lease ends: its
+        """``write()`` retried through connection trouble (:class:`WriteRetry`): its
         results and whether an earlier try was cut (and may have committed after all), or
         None when the lease ran out first (the jobs will run again)."""
-        deadline = time.monotonic() + self.lease
-        delay = 0.05
-        interrupted = False  # a write cut during COMMIT may have committed after all
+        retry = WriteRetry(jobs, self.lease, self.worker_id, log)
         while True:
             try:
-                return write(), interrupted
+                return write(), retry.interrupted
             except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
-                ids = ",".join(str(j.id) for j in jobs)
-                if time.monotonic() + delay >= deadline:
-                    log.error("job.report_failed job_id=%s worker=%s error=%s; the lease "
-                              "will expire and the job will run again", ids,
-                              self.worker_id, exc)
+                delay = retry.failed(exc)
+                if delay is None:
                     return None
-                if not interrupted:
-                    log.warning("worker.db_error worker=%s error=%s: %s; retrying the report "
-                                "of job_id=%s until its lease ends", self.worker_id,
-                                type(exc).__name__, exc, ids)
-                interrupted = True
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
 
     def _record(self, job: Job, outcome: str, ok: bool, interrupted: bool, error: str,
                 retry_in: float | None) -> None:
         """Count and log one written outcome (a refused one as cancelled when it was)."""
-        if not ok and self._was_cancelled([job])[0]:
-            self._cancelled(job, "its outcome's write was refused")
-        elif not ok:
-            self.counters.add("lost", queue=job.queue)
-            log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: another owner "
-                        "or an expired lease; outcome %s not recorded%s",
-                        job.id, job.queue, job.attempt, self.worker_id, outcome,
-                        " (or recorded by the earlier attempt whose connection dropped "
-                        "during COMMIT)" if interrupted else "")
-        elif outcome == "succeeded":
-            self.counters.add("succeeded", queue=job.queue)
-            log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
-                      job.id, job.queue, job.attempt, self.worker_id)
-        elif retry_in is None or job.attempt >= job.max_attempts:
-            self.counters.add("dead", queue=job.queue)
-            log.warning("job.dead job_id=%d queue=%s generation=%d attempt=%d/%d worker=%s "
-                        "error=%s", job.id, job.queue, job.attempt, job.attempt,
-                        job.max_attempts, self.worker_id, error_line(error))
+        if ok:
+            self.outcomes.written(job, outcome, error, retry_in)
         else:
-            self.counters.add("retried", queue=job.queue)
-            log.info("job.retry job_id=%d queue=%s generation=%d attempt=%d/%d worker=%s "
-                     "in=%.2fs error=%s", job.id, job.queue, job.attempt, job.attempt,
-                     job.max_attempts, self.worker_id, retry_in, error_line(error))
+            self.outcomes.refused(job, outcome, interrupted, self._was_cancelled([job])[0])
 
     def _ack_loop(self) -> None:
         """The completion batcher: write the completions handed over by handler threads,
@@ -859,12 +977,9 @@ class Worker:
                     if lost:
                         del self._inflight[job.id]
                 if lost and was_cancelled:
-                    self._cancelled(job, "lease renewal refused")
+                    self.outcomes.cancelled(job, "lease renewal refused")
                 elif lost:
-                    self.counters.add("lost", queue=job.queue)
-                    log.warning("job.lost job_id=%d queue=%s generation=%d worker=%s: "
-                                "lease renewal refused", job.id, job.queue, job.attempt,
-                                self.worker_id)
+                    self.outcomes.lost(job, "lease renewal refused")
 
     def _owned_not_writing(self, job: Job) -> bool:
         with self._lock:
@@ -880,14 +995,6 @@ class Worker:
                         ",".join(str(j.id) for j in jobs))
             return [False] * len(jobs)
 
-    def _cancelled(self, job: Job, how: str) -> None:
-        """An operator cancelled ``job`` (no longer owned): tell its handler, count, log."""
-        job._cancel.set()
-        self.counters.add("cancelled", queue=job.queue)
-        log.info("job.cancelled job_id=%d queue=%s generation=%d worker=%s: %s; the handler "
-                 "was told, its outcome is not recorded", job.id, job.queue, job.attempt,
-                 self.worker_id, how)
-
     def _cancel_announced(self, job_id: int, generation: int) -> None:
         """The database announced that a running job was cancelled (PostgreSQL NOTIFY)."""
         with self._lock:
@@ -900,28 +1007,7 @@ class Worker:
         if writing:  # the write's refusal counts it
             job._cancel.set()
         else:
-            self._cancelled(job, "announced by the database")
-
-    def _listen(self, listener: Listener) -> None:
-        """Wake the claim loop whenever enqueue announces a job on one of our queues."""
-        delay = 0.5
-        try:
-            while not self._done.is_set():
-                try:
-                    if listener.wait(1.0):
-                        log.debug("worker.notified worker=%s", self.worker_id)
-                        self.wake()
-                    for job_id, generation in listener.take_cancelled():
-                        self._cancel_announced(job_id, generation)
-                    delay = 0.5
-                except Exception as exc:  # noqa: BLE001 - polling covers for us meanwhile
-                    log.warning("worker.listen_error worker=%s error=%s: %s; polling only, "
-                                "retrying in %.1fs", self.worker_id, type(exc).__name__,
-                                exc, delay)
-                    self._done.wait(delay)
-                    delay = min(delay * 2, 30.0)
-        finally:
-            listener.close()
+            self.outcomes.cancelled(job, "announced by the database")
 
     # ---- shutdown -----------------------------------------------------------------------
 
@@ -969,9 +1055,7 @@ class Worker:
         for job in jobs:
             try:
                 if self.queue.release(job):
-                    self.counters.add("released", queue=job.queue)
-                    log.warning("job.released job_id=%d queue=%s generation=%d worker=%s "
-                                "(%s)", job.id, job.queue, job.attempt, self.worker_id, why)
+                    self.outcomes.released(job, why)
             except Exception as exc:  # noqa: BLE001 - its lease will expire instead
                 log.error("job.release_failed job_id=%d worker=%s error=%s",
                           job.id, self.worker_id, exc)
