@@ -5,11 +5,12 @@ object whose ``__call__`` is async), taking a :class:`portq.Job`. Its kind is de
 when the worker is made, so that a handler that cannot run is refused before any job is
 claimed. The sync :class:`portq.Worker` runs an async handler on an event loop owned by
 the handler thread (an :class:`asyncio.Runner`, kept for the thread's next jobs); the
-:class:`portq.aio.AsyncWorker` runs a plain handler on a thread of its own, so that it
-neither blocks the event loop nor takes the threads portq's own calls run on. A plain
-function that returns an awaitable (a decorator that forgot to be async) has it awaited
-on either worker, so its work is never skipped. An awaited handler runs as a task of its
-own, which is cancelled when the worker learns that an operator cancelled its job.
+:class:`portq.aio.AsyncWorker` runs a plain handler on threads kept for it
+(:class:`HandlerThreads`), so that it neither blocks the event loop nor takes the threads
+portq's own calls run on. A plain function that returns an awaitable (a decorator that
+forgot to be async) has it awaited on either worker, so its work is never skipped. The
+task that awaits a handler (its own on the sync worker, the job's on the async one) is
+cancelled when the worker learns that an operator cancelled its job.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import queue
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -49,6 +51,7 @@ class HandlerRunner:
         self.is_async = inspect.iscoroutinefunction(handler) or \
             inspect.iscoroutinefunction(call)
         self._local = threading.local()
+        self._threads = HandlerThreads()
 
     # ---- from a thread (portq.Worker) ---------------------------------------------------
 
@@ -76,11 +79,35 @@ class HandlerRunner:
     # ---- from an event loop (portq.aio.AsyncWorker) -------------------------------------
 
     async def run_async(self, job: Job) -> Any:
-        """Await the handler; a plain one runs on a new daemon thread meanwhile."""
-        result = self.handler(job) if self.is_async else await _on_thread(self.handler, job)
-        if inspect.isawaitable(result):
-            result = await _cancellable(result, job)
-        return result
+        """Await the handler in the calling task (a plain one runs on one of this
+        runner's threads meanwhile, :class:`HandlerThreads`, and is awaited to its end).
+        When the worker learns that an operator cancelled ``job`` while it awaits the
+        handler's awaitable, the calling task is cancelled: the handler, and this call,
+        raise :class:`asyncio.CancelledError`; that cancel is taken back (``uncancel``)
+        before this returns or raises, so that the caller's ``task.cancelling()`` counts
+        only the cancels of others (its shutdown)."""
+        result = self.handler(job) if self.is_async else \
+            await self._threads.run(self.handler, job)
+        if not inspect.isawaitable(result):
+            return result
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("run_async must be awaited in an asyncio task")
+        state = {"awaiting": True, "cancelled": False}
+
+        def cancel() -> None:  # on the loop
+            if state["awaiting"] and not task.done():
+                state["cancelled"] = True
+                task.cancel()
+
+        job._cancel.on_cancel(functools.partial(_call_soon, asyncio.get_running_loop(),
+                                                cancel))
+        try:
+            return await result
+        finally:
+            state["awaiting"] = False
+            if state["cancelled"]:
+                task.uncancel()
 
 
 async def _cancellable(awaitable: Awaitable[Any], job: Job) -> Any:
@@ -94,35 +121,76 @@ async def _cancellable(awaitable: Awaitable[Any], job: Job) -> Any:
 
 def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]) -> None:
     if not task.done():
-        with contextlib.suppress(RuntimeError):  # the loop closed: nothing runs it now
-            loop.call_soon_threadsafe(task.cancel)
+        _call_soon(loop, task.cancel)
 
 
-async def _on_thread(fn: Callable[[Job], Any], job: Job) -> Any:
-    """``fn(job)`` on a daemon thread of its own (with this task's context variables).
-    Not ``asyncio.to_thread``: its pool is shared with portq's own calls on engines
-    without an async driver (heartbeats included), and its threads block interpreter exit
-    while a handler abandoned at shutdown still runs."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[Any] = loop.create_future()
-    context = contextvars.copy_context()
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
+    """``callback()`` on ``loop``'s thread, from any thread (nothing once it closed)."""
+    with contextlib.suppress(RuntimeError):  # the loop closed: nothing runs it now
+        loop.call_soon_threadsafe(callback)
 
-    def settle(error: BaseException | None, result: Any) -> None:
-        if done.done():  # the awaiting task was cancelled (shutdown after the grace)
-            return
-        if error is None:
-            done.set_result(result)
-        else:
-            done.set_exception(error)
 
-    def target() -> None:
-        try:
-            outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            outcome = (exc, None)
-        # RuntimeError: the loop closed meanwhile, so nobody awaits this any more
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, *outcome)
+class HandlerThreads:
+    """The threads an async worker runs plain handlers on: daemon threads kept for the
+    next jobs (a thread per job costs more than a short job), started as needed, so that
+    as many run at once as the worker starts handlers (its ``concurrency``); a thread idle
+    for :attr:`IDLE_S` ends. Not ``asyncio.to_thread``: its pool is shared with portq's
+    own calls on engines without an async driver (heartbeats included), and its threads
+    block interpreter exit while a handler abandoned at shutdown still runs."""
 
-    threading.Thread(target=target, name=f"portq-handler-{job.id}", daemon=True).start()
-    return await done
+    IDLE_S = 30.0
+
+    def __init__(self) -> None:
+        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a call that no submitted call has claimed
+        self._started = 0
+
+    async def run(self, fn: Callable[[Job], Any], job: Job) -> Any:
+        """``fn(job)`` on one of the threads (with this task's context variables)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Any] = loop.create_future()
+        context = contextvars.copy_context()
+
+        def settle(error: BaseException | None, result: Any) -> None:
+            if done.done():  # the awaiting task was cancelled (shutdown after the grace)
+                return
+            if error is None:
+                done.set_result(result)
+            else:
+                done.set_exception(error)
+
+        def call() -> None:
+            try:
+                outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                outcome = (exc, None)
+            # RuntimeError: the loop closed meanwhile, so nobody awaits this any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        with self._lock:
+            spawn = self._idle == 0
+            if spawn:
+                self._started += 1
+                name = f"portq-handler-async-{self._started}"
+            else:
+                self._idle -= 1  # that thread is this call's
+        self._calls.put(call)
+        if spawn:
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+        return await done
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                call = self._calls.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0 and self._calls.empty():
+                        self._idle -= 1  # no call is on its way to this thread: end
+                        return
+                continue
+            call()
+            with self._lock:
+                self._idle += 1

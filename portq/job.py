@@ -40,23 +40,32 @@ class CancelSignal:
     the callbacks registered with :meth:`on_cancel` (e.g. cancelling an asyncio task)."""
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        self._set = False
+        self._event: threading.Event | None = None  # made for the first waiter only
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def wait(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._set:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def set(self) -> bool:
         """Set it; False when it already was (the callbacks ran then)."""
         with self._lock:
-            if self._event.is_set():
+            if self._set:
                 return False
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
+            self._set = True
+            event, callbacks, self._callbacks = self._event, self._callbacks, []
+        if event is not None:
+            event.set()
         for callback in callbacks:
             callback()
         return True
@@ -64,7 +73,7 @@ class CancelSignal:
     def on_cancel(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when the signal is set (at once if it is)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._set:
                 self._callbacks.append(callback)
                 return
         callback()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,20 +117,34 @@ class Bound:
     params: Sequence[Any] | Mapping[str, Any]
 
 
+@lru_cache(maxsize=1024)
+def _template(sql: str, style: ParamStyle) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``sql`` cut at its ``:name`` parameters: the literal pieces (escaped for ``style``),
+    one more than the parameter names, in order. Parsed once per statement and style."""
+    def literal(text: str) -> str:
+        return text.replace("%", "%%") if style == "pyformat" else text
+
+    pieces, names = [], []
+    text, pos = [], 0
+    for m in _TOKEN.finditer(sql):
+        text.append(sql[pos:m.start()])
+        if m.group(1) is None:  # a string, comment or cast: no parameter in it
+            text.append(m.group(0))
+        else:
+            pieces.append(literal("".join(text)))
+            names.append(m.group(1))
+            text = []
+        pos = m.end()
+    text.append(sql[pos:])
+    pieces.append(literal("".join(text)))
+    return tuple(pieces), tuple(names)
+
+
 def bind(sql: str, params: Mapping[str, Any], style: ParamStyle) -> Bound:
     """Render ``:name`` parameters in ``style``; expand sequence values into lists."""
+    pieces, names = _template(sql, style)
     named: dict[str, Any] = {}
     ordered: list[Any] = []
-
-    def placeholder(name: str) -> str:
-        if name not in params:
-            raise KeyError(f"SQL parameter :{name} was not given")
-        value = params[name]
-        if isinstance(value, list | tuple):
-            if not value:
-                raise ValueError(f"SQL list parameter :{name} is empty")
-            return ", ".join(one(f"{name}_{i}", v) for i, v in enumerate(value))
-        return one(name, value)
 
     def one(name: str, value: Any) -> str:
         if style == "qmark":
@@ -139,15 +153,16 @@ def bind(sql: str, params: Mapping[str, Any], style: ParamStyle) -> Bound:
         named[name] = value
         return f"%({name})s" if style == "pyformat" else f":{name}"
 
-    def literal(text: str) -> str:
-        return text.replace("%", "%%") if style == "pyformat" else text
-
-    pieces: list[str] = []
-    pos = 0
-    for m in _TOKEN.finditer(sql):
-        pieces.append(literal(sql[pos:m.start()]))
-        pieces.append(literal(m.group(0)) if m.group(1) is None else placeholder(m.group(1)))
-        pos = m.end()
-    pieces.append(literal(sql[pos:]))
-    rendered = "".join(pieces)
-    return Bound(rendered, ordered if style == "qmark" else named)
+    rendered = [pieces[0]]
+    for name, piece in zip(names, pieces[1:], strict=True):
+        if name not in params:
+            raise KeyError(f"SQL parameter :{name} was not given")
+        value = params[name]
+        if isinstance(value, list | tuple):
+            if not value:
+                raise ValueError(f"SQL list parameter :{name} is empty")
+            rendered.append(", ".join(one(f"{name}_{i}", v) for i, v in enumerate(value)))
+        else:
+            rendered.append(one(name, value))
+        rendered.append(piece)
+    return Bound("".join(rendered), ordered if style == "qmark" else named)
