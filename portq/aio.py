@@ -59,6 +59,7 @@ from portq.sql import bind
 from portq.worker import (
     AUTO_CLAIMERS,
     BATCH_LIMIT,
+    COMPLETION_BATCHERS,
     LOOKAHEAD_PER_CLAIMER,
     LookAhead,
     Maintenance,
@@ -509,7 +510,7 @@ class AsyncWorker:
                 loop.add_signal_handler(sig, self.stop)
         heartbeat = asyncio.create_task(self._heartbeat(), name="portq-heartbeat")
         batchers = [asyncio.create_task(self._ack_loop(), name=f"portq-acks-{n}")
-                    for n in range(self.claimers)]  # one per claim loop keeps up with it
+                    for n in range(min(self.claimers, COMPLETION_BATCHERS))]
         registration = registration_of(self, self.queue.queue, lambda: self.held)
         registry = None if registration is None else asyncio.create_task(
             registration.run_async(), name="portq-registry")

@@ -172,6 +172,9 @@ LOOKAHEAD_PER_CLAIMER = 160
 AUTO_CLAIMERS = 4
 #: most jobs in one claim and in one batch of completions
 BATCH_LIMIT = 100
+#: completion batchers a worker runs (while one writes its batch the next one gathers;
+#: more made smaller batches, so more statements, and measured slower on both workers)
+COMPLETION_BATCHERS = 2
 #: claim batch when none is given: enough to amortise a round trip, never over capacity
 DEFAULT_BATCH = 20
 
@@ -806,9 +809,8 @@ class Worker:
             self._claim_threads.append(
                 self._spawn(functools.partial(self._claim_loop, main=False),
                             f"portq-claim-{n}"))
-        # one completion batcher per claim loop keeps up with it
         self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{n}")
-                             for n in range(self.claimers)]
+                             for n in range(min(self.claimers, COMPLETION_BATCHERS))]
         if self.heartbeat:
             self._spawn(self._heartbeat, "portq-heartbeat")
         if self.listen:
