@@ -78,6 +78,8 @@ if TYPE_CHECKING:
     from portq.schedule import Scheduler
 
 log = logging.getLogger("portq.aio")
+#: jobs a handler task runs back to back before it lets the event loop's other tasks in
+JOBS_BEFORE_YIELD = 16
 #: an ``async def`` handler, or a plain ``def`` one (run on a thread: see portq.handler)
 AsyncHandler = Callable[[Job], Any]
 
@@ -688,18 +690,44 @@ class AsyncWorker:
     # ---- running jobs -------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        """Start handlers for the jobs waiting, oldest first, while fewer than
-        ``concurrency`` run; a job lost or cancelled while it waited is not started."""
-        while self._unstarted and len(self._handlers) < self.concurrency:
+        """Start handler tasks while jobs wait and fewer than ``concurrency`` run; each
+        task runs waiting jobs, oldest first, until none waits (a task per job would cost
+        more than a short job)."""
+        while len(self._handlers) < self.concurrency:
+            job = self._take_job()
+            if job is None:
+                return
+            self._handlers.add(asyncio.create_task(self._run_jobs(job), name="portq-handler"))
+
+    def _take_job(self) -> Job | None:
+        """The oldest waiting job this worker still owns (one lost or cancelled while it
+        waited is dropped: already counted)."""
+        while self._unstarted:
             job, _claimed_at = self._unstarted.popleft()
-            if self._inflight.get(job.id) is not job:
-                self._busy -= 1  # taken from us meanwhile (already counted)
-                continue
-            task = asyncio.create_task(self._execute(job), name=f"portq-job-{job.id}")
-            self._handlers.add(task)
+            if self._inflight.get(job.id) is job:
+                return job
+            self._busy -= 1
+        return None
+
+    async def _run_jobs(self, job: Job | None) -> None:
+        """A handler task: ``job``, then the jobs that wait, one at a time; it lets the
+        claim loops and batchers in every :data:`JOBS_BEFORE_YIELD` jobs even when the
+        handlers never wait."""
+        ran = 0
+        try:
+            while job is not None:
+                await self._execute(job)
+                job = self._take_job()
+                ran += 1
+                if job is not None and ran % JOBS_BEFORE_YIELD == 0:
+                    await asyncio.sleep(0)
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._handlers.discard(task)
 
     async def _execute(self, job: Job) -> None:
-        """A handler task: run the handler, report, free the slot, start the next job."""
+        """Run one job's handler and report, then free its slot."""
         handed_off = False
         started = time.perf_counter()
         try:
@@ -709,10 +737,6 @@ class AsyncWorker:
             if not handed_off:
                 self._forget(job)
             self._busy -= 1
-            task = asyncio.current_task()
-            if task is not None:
-                self._handlers.discard(task)
-            self._dispatch()
             # a slot freed (a job handed to the batcher still holds its slot): wake the
             # claim loops when that makes a first free slot or a whole batch
             if not handed_off and self._free() in (1, min(self.batch, self._capacity_now())):
