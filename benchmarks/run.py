@@ -1,10 +1,20 @@
 """Run every benchmark and write docs/benchmarks.md with tables and PNG plots.
 
-    .venv/bin/python benchmarks/run.py [--jobs 10000] [--skip-peers]
-                                       [--engines sqlite,postgres,mysql]
+    .venv/bin/python benchmarks/run.py [--jobs 10000] [--rounds 5] [--skip-peers]
+        [--engines sqlite,postgres,mysql] [--no-growth] [--growth-rows 10000000]
+        [--processes 1,2,4,8,16] [--from-json results.json]
 
-* portq (`portq.bench`) on SQLite, PostgreSQL and MariaDB: enqueue, throughput,
-  claim latency vs table size;
+A short validation run: ``--jobs 2000 --rounds 1 --skip-peers --growth-rows 200000
+--processes 1,4``. Each section logs its start and its wall time; the results JSON keeps
+them (``sections``) so the next runner knows what a full run costs.
+
+* portq (`portq.bench`) on SQLite, PostgreSQL and MariaDB: enqueue, throughput (the sync
+  Worker and `portq.aio.AsyncWorker`), claim latency vs table size;
+* growth: on each engine the table filled to 10M rows (1M ready over 3 queues), the fill
+  timed, the claim timed at that size, and the Worker's throughput on the full table
+  against the empty one;
+* worker processes: 1-16 OS processes, each one sync Worker with its defaults, with the
+  CPU of the workers and of the database server sampled meanwhile;
 * a raw-SQL ceiling on PostgreSQL: portq's own claim and complete statements driven by a
   minimal psycopg loop (one thread and connection per worker, no pool, no Worker), in two
   forms: one commit per completed job (`complete`), and one statement and commit for each
@@ -49,15 +59,39 @@ PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:54
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 RAW_COMPLETES = ("complete", "complete_many")
 # (ratio key, floor, target as the report states it, short name, cell format)
-TARGETS = (("vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers", "pgqueuer",
-            "{}x"),
-           ("vs_procrastinate", 2.0, "portq worker >= 2x procrastinate at 4 workers",
+TARGETS = (("worker_vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers",
+            "pgqueuer", "{}x"),
+           ("worker_vs_procrastinate", 2.0, "portq worker >= 2x procrastinate at 4 workers",
             "procrastinate", "{}x"),
-           ("vs_raw", 0.85, "portq worker >= 85% of the raw `complete_many` ceiling at 4 "
-            "workers", "raw-ceiling", "{:.0%}"))
+           ("worker_vs_raw", 0.85, "portq worker >= 85% of the raw `complete_many` ceiling "
+            "at 4 workers", "raw-ceiling", "{:.0%}"),
+           ("async_vs_worker", 0.9, "AsyncWorker within 10% of the sync Worker (>= 90%) at "
+            "4 workers", "AsyncWorker", "{:.0%}"))
 #: the contenders of every head-to-head round, in the order they run in it
-HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq worker", "pgqueuer",
-                "procrastinate", "oban", "chancy")
+HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq worker", "portq async",
+                "pgqueuer", "procrastinate", "oban", "chancy")
+#: how each contender runs (the doc states it beside the head-to-head table)
+CONFIGS = {
+    "raw complete": "portq's claim SQL (batch 20) and its one-job `complete` in a bare "
+                    "psycopg loop, 4 threads with a connection each, a commit per job",
+    "raw complete_many": "the same loop, one `complete_many` statement and commit per "
+                         "claimed batch (what the Worker writes)",
+    "portq worker": "one sync `portq.Worker`, concurrency 4, batch 20, no tuning options "
+                    "(it sizes look-ahead, completion batches and claim loops itself)",
+    "portq async": "one `portq.aio.AsyncWorker`, concurrency 4, async no-op handler, no "
+                   "other option (its claims take at most its free slots: no batch size)",
+    "pgqueuer": "4 QueueManagers in one event loop, default batch (10), buffered "
+                "acknowledgements, drain mode",
+    "procrastinate": "one worker, concurrency 4, no LISTEN/NOTIFY, 50 ms polling",
+    "oban": "one server-mode Oban, one queue of concurrency 4, defaults otherwise",
+    "chancy": "one Worker, queue concurrency 4, asyncio executor, eager polling (1 s)",
+}
+#: growth's table and the worker-process counts of a full run
+GROWTH_ROWS, GROWTH_READY = bench.GROWTH_ROWS, bench.GROWTH_READY
+PROCESSES = "1,2,4,8,16"
+#: seconds of wall time per unit, from validation runs on the 2-core machine (rough)
+ESTIMATE = {"sweep_job": 0.0012, "h2h_job": 0.0009, "peers_job": 0.004,
+            "fill_row": 8e-6, "process_run": 6.0}
 PEERS = ("pgqueuer", "procrastinate", "oban", "chancy")
 #: oban-py needs Python 3.12+: a venv of its own (chancy runs there too), made with the
 #: interpreter at PORTQ_PY312 (default: pyenv's 3.12 where it exists)
@@ -68,6 +102,48 @@ PY312 = os.environ.get("PORTQ_PY312", "/root/.pyenv/versions/3.12.1/bin/python3"
 
 def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Sections:
+    """Logs each section's start and wall time, and keeps the times for the results."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> Sections:
+        self.name, self.started = name, time.perf_counter()
+        log(f"{name}: start")
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        spent = time.perf_counter() - self.started
+        self.seconds[self.name] = round(self.seconds.get(self.name, 0) + spent, 1)
+        log(f"{self.name}: {spent:.0f} s")
+
+
+def estimate(args: argparse.Namespace) -> float:
+    """Rough wall time (s) of a run with ``args``, from :data:`ESTIMATE`."""
+    engines = len(args.engines.split(","))
+    workers = len(args.workers.split(","))
+    pg = "postgres" in args.engines
+    seconds = engines * args.jobs * workers * 3 * ESTIMATE["sweep_job"]  # 2 batches + async
+    seconds += pg * args.jobs * workers * 2 * ESTIMATE["sweep_job"]  # raw loops
+    if not args.skip_peers:
+        seconds += pg * args.jobs * workers * 4 * ESTIMATE["peers_job"]
+    seconds += pg * args.rounds * args.jobs * (4 + 4 * (not args.skip_peers)) * \
+        ESTIMATE["h2h_job"]
+    if args.growth:
+        seconds += engines * (args.growth_rows * ESTIMATE["fill_row"] +
+                              2 * args.jobs * ESTIMATE["sweep_job"])
+    seconds += engines * len(process_counts(args)) * ESTIMATE["process_run"]
+    return seconds
+
+
+def process_counts(args: argparse.Namespace) -> list[int]:
+    return [int(n) for n in args.processes.split(",") if n.strip()]
 
 
 def peers_python() -> Path:
@@ -181,9 +257,10 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
                 for complete in RAW_COMPLETES:
                     runs[f"raw {complete}"].append(
                         raw_ceiling(PG_URL, jobs, 4, 20, complete)["jobs_per_s"])
-                for mode in bench.MODES:
-                    runs[f"portq {mode}"].append(
-                        bench.throughput_run(queue, jobs, 4, 20, mode=mode)["jobs_per_s"])
+                runs["portq worker"].append(
+                    bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
+                runs["portq async"].append(
+                    bench.async_throughput_run(queue, PG_URL, jobs, 4)["jobs_per_s"])
                 for peer in PEERS if python is not None else ():
                     interpreter = python_for(peer, python) if python is not None else None
                     if interpreter is None:
@@ -204,37 +281,64 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             "postgres": PG_URL, "mysql": MYSQL_URL}
     workers = [int(w) for w in args.workers.split(",")]
     out: dict[str, Any] = {"machine": bench.machine(), "jobs": args.jobs, "workers": workers,
-                           "engines": {}, "raw": [], "peers": [], "notes": []}
+                           "engines": {}, "raw": [], "peers": [], "growth": {},
+                           "processes": {}, "notes": [], "loadavg_start": os.getloadavg()}
+    section = Sections()
+    log(f"estimated wall time of this run: ~{estimate(args) / 60:.0f} min")
     for engine in engines:
-        log(f"portq on {engine}")
-        try:
-            out["engines"][engine] = bench.run(urls[engine], jobs=args.jobs, workers=workers)
-        except Exception as exc:  # noqa: BLE001 - report the engine as not run, go on
-            out["notes"].append(f"portq on {engine} not run: {type(exc).__name__}: {exc}")
-            log(out["notes"][-1])
+        with section(f"portq on {engine}"):
+            try:
+                out["engines"][engine] = bench.run(urls[engine], jobs=args.jobs,
+                                                   workers=workers, modes=bench.MODES)
+            except Exception as exc:  # noqa: BLE001 - report the engine as not run, go on
+                out["notes"].append(f"portq on {engine} not run: {type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
     if "postgres" in engines:
-        log("raw-SQL ceiling on postgres")
-        out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20, complete)
-                      for complete in RAW_COMPLETES for w in workers]
+        with section("raw-SQL ceiling on postgres"):
+            out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20, complete)
+                          for complete in RAW_COMPLETES for w in workers]
     python = None
     if not args.skip_peers:
-        try:
-            python = peers_python()
-            log("peers on postgres")
-            for peer in PEERS:
-                interpreter = python_for(peer, python)
-                if interpreter is not None:
-                    out["peers"] += run_peer(interpreter, peer, args.jobs, args.workers)
-        except Exception as exc:  # noqa: BLE001 - report the peers as not run, go on
-            python = None
-            out["notes"].append(f"peers not run: {type(exc).__name__}: {exc}")
-            log(out["notes"][-1])
+        with section("peers on postgres"):
+            try:
+                python = peers_python()
+                for peer in PEERS:
+                    interpreter = python_for(peer, python)
+                    if interpreter is not None:
+                        out["peers"] += run_peer(interpreter, peer, args.jobs, args.workers)
+            except Exception as exc:  # noqa: BLE001 - report the peers as not run, go on
+                python = None
+                out["notes"].append(f"peers not run: {type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
     if "postgres" in engines and args.rounds:
-        out["head_to_head"] = head_to_head(args.jobs, args.rounds, python)
+        with section("head to head"):
+            out["head_to_head"] = head_to_head(args.jobs, args.rounds, python)
+    for engine in engines if args.growth else ():
+        with section(f"growth on {engine}"):
+            try:
+                out["growth"][engine] = bench.growth(
+                    urls[engine], args.growth_rows, args.growth_ready, jobs=args.jobs)
+                log(f"growth on {engine}: {out['growth'][engine]['rows']:,} rows filled in "
+                    f"{out['growth'][engine]['fill_s']:.0f} s")
+            except Exception as exc:  # noqa: BLE001 - report it as not run, go on
+                out["notes"].append(f"growth on {engine} not run: {type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
+    for engine in engines if process_counts(args) else ():
+        with section(f"processes on {engine}"):
+            try:
+                out["processes"][engine] = bench.processes_sweep(
+                    urls[engine], process_counts(args), args.process_jobs)
+            except Exception as exc:  # noqa: BLE001 - report it as not run, go on
+                out["notes"].append(f"processes on {engine} not run: "
+                                    f"{type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
     out["versions"] = {e: r["version"] for e, r in out["engines"].items()}
     out["versions"].update({p["peer"]: p["version"] for p in out["peers"] if "version" in p})
     out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out["loadavg"] = os.getloadavg()
+    out["sections"] = section.seconds
+    out["wall_s"] = round(sum(section.seconds.values()), 1)
+    out["estimate_s"] = round(estimate(args), 1)
     return out
 
 
@@ -254,7 +358,8 @@ def throughput_series(res: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for engine, rep in res["engines"].items():
         tp = rep.get("throughput", [])
-        for mode, b in sorted({(t["mode"], t["batch"]) for t in tp}):
+        for mode, b in sorted({(t["mode"], t["batch"]) for t in tp},
+                              key=lambda mb: (mb[0], mb[1] or 0)):
             out.append({"kind": "portq", "engine": engine, "mode": mode, "batch": b,
                         "jobs_per_s": [rate(tp, w, b, mode=mode) for w in ws]})
     for complete in RAW_COMPLETES:
@@ -276,54 +381,110 @@ def medians(res: dict[str, Any]) -> dict[str, float]:
 
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
     """The targets of the report: the Worker (its one mode) against the peers and against
-    the raw loop that completes each claimed batch in one statement, all from the
-    head-to-head medians of one run (every contender took part in every round); from the
-    sweeps only when the run had no rounds."""
+    the raw loop that completes each claimed batch in one statement, and the AsyncWorker
+    against the Worker, all from the head-to-head medians of one run (every contender took
+    part in every round); from the sweeps only when the run had no rounds."""
     pg = res["engines"].get("postgres", {})
     tp = pg.get("throughput", [])
     h2h = medians(res)
     if h2h:
         mine, ceiling = h2h.get("portq worker"), h2h.get("raw complete_many")
+        mine_async = h2h.get("portq async")
         peers = {p: h2h[p] for p in PEERS if p in h2h}
     else:
-        mine, ceiling = rate(tp, 4, 20), rate(res["raw"], 4, complete="complete_many")
+        mine, ceiling = rate(tp, 4, 20, mode="worker"), rate(res["raw"], 4,
+                                                              complete="complete_many")
+        mine_async = rate(tp, 4, mode="async")
         peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
                  if p.get("workers") == 4 and "jobs_per_s" in p}
     bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
                 None)
-    out: dict[str, Any] = {"portq_4_workers": mine, "bulk_enqueue": bulk,
+    out: dict[str, Any] = {"portq_4_workers": mine, "portq_async_4_workers": mine_async,
+                           "bulk_enqueue": bulk,
                            "from": "head-to-head medians" if h2h else "sweeps"}
     if mine:
         for peer, theirs in peers.items():
             out[f"worker_vs_{peer}"] = round(mine / theirs, 2)
         if ceiling:
             out["worker_vs_raw"] = round(mine / ceiling, 2)
+        if mine_async:
+            out["async_vs_worker"] = round(mine_async / mine, 2)
     return out
 
 
-def verdict(r: dict[str, Any], mode: str = "worker") -> str:
-    """One sentence: which targets the mode met and missed in this run's ratios."""
+def verdict(r: dict[str, Any]) -> str:
+    """One sentence: which targets this run's ratios met and missed."""
     met, missed = [], []
     for key, floor, _, name, _ in TARGETS:
-        value = r.get(f"{mode}_{key}")
+        value = r.get(key)
         if value is not None:
             (met if value >= floor else missed).append(name)
+
     def listed(names: list[str]) -> str:
         return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
     parts = [f"{word} the {listed(names)} target{'s' if len(names) > 1 else ''}"
              for word, names in (("meets", met), ("misses", missed)) if names]
     if not parts:
-        return f"This run has no ratios for the `{mode}` mode."
-    return f"In this run the `{mode}` mode {' and '.join(parts)}."
+        return "This run has no ratios for the targets."
+    return f"In this run portq {' and '.join(parts)}."
+
+
+def bound_sentence(engine: str, rows: list[dict[str, Any]]) -> str:
+    """What bounded the worker processes on ``engine``, stated from the samples of its run
+    with the most processes (the rule: a machine >= 85% busy is CPU-bound, by whichever
+    of the workers and the server used more; else lock waits, then WAL/commit waits, else
+    round trips)."""
+    if not rows:
+        return f"{engine}: no process runs."
+    r = max(rows, key=lambda x: x["processes"])
+    best = max(rows, key=lambda x: x["jobs_per_s"])
+    w, d, m = r["worker_cpu_pct"], r["server_cpu_pct"], r["machine_busy_pct"]
+    split = f"the worker processes used {w:.0f}% of a core"
+    split += f" and the server {d:.0f}%" if d is not None else " (SQLite runs inside them)"
+    busy = f"{m:.0f}% of the {r['cores']} cores busy" if m is not None else "machine load unknown"
+    head = (f"**{engine}**: {r['jobs_per_s']:,.0f} jobs/s with {r['processes']} processes "
+            f"(best {best['jobs_per_s']:,.0f} with {best['processes']}); at "
+            f"{r['processes']} {split}, {busy}")
+    waits = r.get("pg_wait_samples") or {}
+    total = sum(waits.values())
+    counters = r.get("server_counters") or {}
+    if m is not None and m >= 85:
+        who = "Python CPU in the worker processes" if d is None or w >= d else \
+            "the database server's CPU"
+        why = f"the machine's CPU is saturated and {who} takes the larger share"
+    elif total and waits.get("Lock", 0) / total >= 0.25:
+        why = (f"lock contention: {waits['Lock'] / total:.0%} of the sampled active "
+               "backends waited on a heavyweight lock")
+    elif total and (waits.get("LWLock", 0) + waits.get("IO", 0)) / total >= 0.5:
+        why = (f"commits: {(waits.get('LWLock', 0) + waits.get('IO', 0)) / total:.0%} of the "
+               "sampled active backends waited on LWLock/IO (WAL), at "
+               f"{r['commits_per_s'] or 0:,.0f} commits/s")
+    elif counters.get("row_lock_waits", 0) > 0.01 * max(1.0, counters.get("commits", 0)):
+        why = (f"row-lock contention: {counters['row_lock_waits']:,.0f} InnoDB row-lock "
+               f"waits ({counters.get('row_lock_ms', 0):,.0f} ms) in the run")
+    elif engine == "sqlite" and r["retries"]:
+        why = f"the single write lock: {r['retries']:,} busy retries in the run"
+    elif engine == "sqlite":
+        why = ("neither CPU is saturated, so the processes wait; on SQLite that is its one "
+               "write lock (waits inside sqlite3's busy timeout are not counted; 0 retries "
+               "after one)")
+    else:
+        why = ("neither CPU is saturated and no lock wait stands out, so round trips "
+               "(claim and commit latency) per batch bound it")
+    return f"{head}: {why}."
 
 
 def write_doc(res: dict[str, Any], images: list[str]) -> None:
+    """docs/benchmarks.md from one run's results (every table and sentence from ``res``)."""
     m = res["machine"]
     lines = [
         "# portq benchmarks", "",
         f"Generated by `benchmarks/run.py` on {res['date']}: {m['nproc']} cores, "
-        f"{m['memory_gib']} GiB, Python {m['python']}, {m['platform']}; "
-        f"load average at the end {', '.join(f'{x:.2f}' for x in res['loadavg'])}.",
+        f"{m['memory_gib']} GiB, Python {m['python']}, {m['platform']}; load average "
+        + (f"at the start {', '.join(f'{x:.2f}' for x in res['loadavg_start'])}, "
+           if "loadavg_start" in res else "")
+        + f"at the end {', '.join(f'{x:.2f}' for x in res['loadavg'])}"
+        + (f"; the run took {res['wall_s'] / 60:.0f} min" if "wall_s" in res else "") + ".",
         "",
         "**Noise:** on this 2-core machine, shared by the database and the benchmark, one "
         "configuration's jobs/s moves by tens of percent from run to run. The sweeps below "
@@ -342,10 +503,12 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               "The Worker has one mode: no tuning options (it sizes its look-ahead, "
               "completion batches and claim loops itself; docs/operations.md#worker). Its "
               "raw ceiling is portq's claim and `complete_many` SQL in a bare psycopg loop. "
-              f"Ratios from {r['from']}: every contender ran in every round.", "",
+              f"Every ratio below comes from this run's {r['from']}"
+              + (": every contender ran in every round." if r["from"].startswith("head")
+                 else " (this run had no head-to-head rounds).") + " " + verdict(r), "",
               "| target | this run |", "|---|---|"]
     for key, _, target, _, fmt in TARGETS:
-        value = r.get(f"worker_{key}")
+        value = r.get(key)
         lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} |")
     if r.get("bulk_enqueue"):
         lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s |")
@@ -354,14 +517,14 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
     if h2h:
         rounds = max(len(v) for v in h2h.values())
         lines += ["### Head to head: 4 workers, PostgreSQL", "",
-                  f"{res['jobs']:,} no-op jobs per run, {rounds} rounds; in each round the "
-                  "contenders ran one after another in this order, each from its own freshly "
-                  "bulk-enqueued, VACUUM ANALYZEd table. Batch 20 for portq and the raw "
-                  "loops; the peers as configured in benchmarks/peers.py (its docstring says "
-                  "how and why).", "",
-                  "| contender | median jobs/s | each round |", "|---|---|---|"]
+                  f"{res['jobs']:,} no-op jobs per run, {rounds} round{'s' * (rounds > 1)}; in "
+                  "each round the contenders ran one after another in this order, each "
+                  "from its own freshly bulk-enqueued, VACUUM ANALYZEd table "
+                  "(benchmarks/peers.py's docstring says how and why for the peers).", "",
+                  "| contender | configuration | median jobs/s | each round |",
+                  "|---|---|---|---|"]
         for name, med in medians(res).items():
-            lines.append(f"| {name} | {med:,.0f} | "
+            lines.append(f"| {name} | {CONFIGS.get(name, '-')} | {med:,.0f} | "
                          f"{', '.join(f'{x:,.0f}' for x in h2h[name])} |")
         lines.append("")
 
@@ -371,27 +534,35 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               "jobs padding the table to TOTAL), in a transaction that is rolled back. "
               "`claim ms` is the client-side median of 5 runs; `engine ms` is the engine's "
               "own figure (PostgreSQL EXPLAIN ANALYZE execution time; MariaDB ANALYZE "
-              "r_total_time_ms of the locking SELECT). Reference (published PostgreSQL "
+              "r_total_time_ms of the locking SELECT). The 10M-row size is in Growth below. "
+              "Reference (published PostgreSQL "
               "queue study, multi-queue `ANY` predicate): 1.58, 5.11, 53.57, 51.85 ms; "
               "5.3 ms single-queue at 1M/100K.", "",
               "| engine | ready/queue | total | claim ms | engine ms | ordered index walk | plan |",
               "|---|---|---|---|---|---|---|"]
+    limits = ["", "### With limits", "", LIMITS_TEXT, "",
+              "| engine | ready/queue | total | claim ms | limited | rate | keyed |",
+              "|---|---|---|---|---|---|---|"]
     for engine, rep in res["engines"].items():
         for c in rep.get("claim_latency", []):
-            lines.append(f"| {engine} | {c['ready']:,} | {c['total']:,} | {c['claim_ms']} | "
-                         f"{c['server_ms'] if c['server_ms'] is not None else '-'} | "
+            size = f"| {engine} | {c['ready']:,} | {c['total']:,} | {c['claim_ms']} | "
+            lines.append(f"{size}{c['server_ms'] if c['server_ms'] is not None else '-'} | "
                          f"{'yes' if c['ordered_walk'] else 'NO'} | {' → '.join(c['nodes'])} |")
+            limits.append(f"{size}{c.get('limited_claim_ms', '-')} | "
+                          f"{c.get('rate_claim_ms', '-')} | {c.get('keyed_claim_ms', '-')} |")
+    lines += limits
     lines += ["", "## Throughput: claim + complete, no-op handler", "",
-              f"{res['jobs']:,} jobs per run, one run each; portq = one `portq.worker.Worker` "
-              "with N handler threads and claim batch B, no other option; raw = portq's "
-              "claim (batch 20) and complete SQL "
+              f"{res['jobs']:,} jobs per run, one run each; portq `worker` = one "
+              "`portq.Worker` with N handler threads and claim batch B, no other option; "
+              "portq `async` = one `portq.aio.AsyncWorker` with concurrency N and an async "
+              "no-op handler, no other option (no batch: it claims at most its free slots); "
+              "raw = portq's claim (batch 20) and complete SQL "
               "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
-              "each batch's (`complete_many`); procrastinate = one worker with concurrency N; "
-              "pgqueuer = N QueueManagers (default batch 10, buffered acknowledgements).", "",
+              "each batch's (`complete_many`); peers as in the head-to-head configurations, "
+              "with N in place of 4.", "",
               "| system | mode | batch | " +
               " | ".join(f"{w} workers" for w in res["workers"]) + " |",
               "|---|---|---|" + "---|" * len(res["workers"])]
-
     for line in throughput_series(res):
         label, mode = {"portq": (f"portq {line['engine']}", line["mode"]),
                        "raw": ("raw SQL postgres", f"`{line['mode']}`"),
@@ -407,15 +578,110 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         if p.get("workers") == res["workers"][0] and "enqueue_jobs_per_s" in p:
             lines.append(f"| {p['peer']} | bulk (1000/call) | {p['jobs']:,} | "
                          f"{p['enqueue_jobs_per_s']:,.0f} |")
+    lines += growth_section(res) + processes_section(res)
     lines += ["", "## Plots", ""] + [f"![{Path(i).stem}](benchmarks/{Path(i).name})"
                                       for i in images]
     raw_share = r.get("worker_vs_raw")
     lines += ["", "## What bounds throughput", "",
               ANALYSIS.format(verdict=verdict(r),
                               worker_vs_raw=f"{raw_share:.0%}" if raw_share else "an "
-                              "unmeasured share"), ""]
+                              "unmeasured share"), "", ELSEWHERE]
     DOC.write_text("\n".join(lines), encoding="utf-8")
 
+
+def growth_section(res: dict[str, Any]) -> list[str]:
+    """The growth table: fill time, claim at full size, Worker on empty vs full table."""
+    growth = res.get("growth") or {}
+    if not growth:
+        return []
+    any_row = next(iter(growth.values()))
+    lines = ["", "## Growth: a 10M-row table" if any_row["rows"] >= 10_000_000 else
+             f"## Growth: a {any_row['rows']:,}-row table", "",
+             f"On each engine the job table filled with `portq.bench.fill_jobs` (one "
+             f"statement per {bench.FILL_CHUNK:,} rows, each committed) to TOTAL rows, READY "
+             f"of them ready over {bench.QUEUE_COUNT} queues and the rest finished "
+             "(succeeded), then ANALYZEd: `fill s` is that fill. The claim is timed as in "
+             "the claim-latency table. Throughput: one sync Worker, 4 workers, batch 20, "
+             f"{any_row['empty']['jobs']:,} no-op jobs of a queue of their own, first on "
+             "the empty table and again on the full one (the padding is the other queues' "
+             "rows).", "",
+             "| engine | total | ready | fill s | rows/s | claim ms | engine ms | ordered walk "
+             "| empty table jobs/s | full table jobs/s | full / empty |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for engine, g in growth.items():
+        c, e, f = g["claim"], g["empty"]["jobs_per_s"], g["padded"]["jobs_per_s"]
+        lines.append(f"| {engine} | {g['rows']:,} | {g['ready']:,} | {g['fill_s']:,.0f} | "
+                     f"{g['fill_rows_per_s'] or 0:,.0f} | {c['claim_ms']} | "
+                     f"{c['server_ms'] if c['server_ms'] is not None else '-'} | "
+                     f"{'yes' if c['ordered_walk'] else 'NO'} | {e:,.0f} | {f:,.0f} | "
+                     f"{f / e:.0%} |" if e else "| - |")
+    return lines
+
+
+def processes_section(res: dict[str, Any]) -> list[str]:
+    """The worker-process table and one generated sentence per engine."""
+    procs = res.get("processes") or {}
+    if not procs:
+        return []
+    lines = ["", "## Worker processes", "",
+             "N OS processes (multiprocessing spawn), each one sync `portq.Worker` with its "
+             "default options (concurrency 4, `burst`), over one queue of no-op jobs "
+             "(enough that a run lasts >= 2 s). The processes connect, then wait on a "
+             "barrier; the clock runs from the barrier's release to the last job's "
+             "`finished_at` (the database's clock), so interpreter start-up and the burst "
+             "workers' last idle poll are excluded. CPU is % of one core over that window: "
+             "the workers' own CPU time, the database server's processes (every `postgres` "
+             "or `mariadbd` process, so other clients of the shared server count too) from "
+             "/proc, and the machine's busy share of all cores. Commits/s: PostgreSQL "
+             "`pg_stat_database.xact_commit` of the benchmark database; MariaDB's global "
+             "`Handler_commit`. Waits: PostgreSQL active backends of the benchmark database "
+             "by `wait_event_type`, sampled every "
+             f"{bench.SAMPLE_S * 1000:.0f} ms; MariaDB InnoDB row-lock waits; SQLite busy "
+             "retries counted by the backend.", "",
+             "| engine | processes | jobs | s | jobs/s | worker CPU % | server CPU % "
+             "| machine busy % | commits/s | waits / lock waits / retries |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for engine, rows in procs.items():
+        for r in rows:
+            waits = r.get("pg_wait_samples")
+            counters = r.get("server_counters") or {}
+            if waits:
+                wait = ", ".join(f"{k} {v}" for k, v in sorted(waits.items()))
+            elif "row_lock_waits" in counters:
+                wait = f"{counters['row_lock_waits']:,.0f} row-lock waits"
+            else:
+                wait = f"{r['retries']} retries"
+            lines.append(
+                f"| {engine} | {r['processes']} | {r['jobs']:,} | {r['seconds']} | "
+                f"{r['jobs_per_s']:,.0f} | {r['worker_cpu_pct']} | "
+                f"{r['server_cpu_pct'] if r['server_cpu_pct'] is not None else '-'} | "
+                f"{r['machine_busy_pct'] if r['machine_busy_pct'] is not None else '-'} | "
+                f"{r['commits_per_s'] if r['commits_per_s'] is not None else '-'} | {wait} |")
+    lines += ["", "What bounds them, per engine (generated from the samples above, at the "
+              "largest process count; the rule: a machine >= 85% busy is CPU-bound by "
+              "whichever of the workers and the server used more CPU, else heavyweight-lock "
+              "waits >= 25% of the samples, else LWLock/IO (WAL) waits >= 50%, else "
+              "row-lock waits or busy retries, else round trips):", ""]
+    lines += [f"- {bound_sentence(engine, rows)}" for engine, rows in procs.items()]
+    return lines
+
+
+LIMITS_TEXT = """\
+The same claim, timed also for a queue with a per-queue concurrency limit (`limited`: the
+queue's `portq_queue` row locked, its running jobs counted, then the claim; the limit is
+1,000,000 so both claim the full batch), with a rate limit of 1,000,000 a minute (`rate`:
+row locked, the DB clock read, the rate log read, the claim, the log written back), and
+of 100 jobs with 10 concurrency keys at the head of the second queue (`keyed`: the claim
+counts each keyed candidate's running jobs, then the settle locks the queue row and
+recounts the keys). Medians of 5 rolled-back claims of 20, ms, one run each."""
+
+ELSEWHERE = """\
+## Elsewhere
+
+Dashboard page and API response times on a 1,000,000-job table (PostgreSQL, MariaDB,
+SQLite): [benchmarks-dashboard.md](benchmarks-dashboard.md). Worker hosts and engines beyond
+one database server: [scaling.md](scaling.md).
+"""
 
 ANALYSIS = """\
 Claim cost is flat because the claim is an ordered walk of the partial ready index for
@@ -463,8 +729,10 @@ ws = res["workers"]
 for line in res["throughput"]:
     kind, mode, ys = line["kind"], line["mode"], line["jobs_per_s"]
     if kind == "portq":
-        ax.plot(ws, ys, marker="o", linestyle="-" if line["batch"] > 1 else "-.",
-                label=f"portq {line['engine']} {mode} batch {line['batch']}")
+        batch = line["batch"]
+        ax.plot(ws, ys, marker="o" if batch else "D",
+                linestyle="-" if (batch or 0) > 1 else "-." if batch else "--",
+                label=f"portq {line['engine']} {mode}" + (f" batch {batch}" if batch else ""))
     elif kind == "raw":
         ax.plot(ws, ys, "k--" if mode == "complete" else "k:", marker="s",
                 label=f"raw SQL (pg, {mode})")
@@ -475,22 +743,50 @@ ax.set_yscale("log"); ax.grid(True, alpha=.3)
 ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 ax.set_title("Throughput vs workers, no-op jobs")
 fig.tight_layout(); fig.savefig(f"{out}/throughput.png", dpi=110)
+if res.get("processes"):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for engine, rows in res["processes"].items():
+        ax.plot([r["processes"] for r in rows], [r["jobs_per_s"] for r in rows],
+                marker="o", label=f"portq {engine}")
+    counts = sorted({r["processes"] for rows in res["processes"].values() for r in rows})
+    ax.set_xscale("log", base=2); ax.set_xticks(counts, [str(c) for c in counts])
+    ax.set_xlabel("worker processes (one Worker each, defaults)")
+    ax.set_ylabel("jobs/s (claim + complete)"); ax.grid(True, alpha=.3); ax.legend()
+    ax.set_title("Throughput vs worker processes, no-op jobs")
+    fig.tight_layout(); fig.savefig(f"{out}/processes.png", dpi=110)
+if res.get("growth"):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    engines = list(res["growth"])
+    xs = range(len(engines))
+    rows = next(iter(res["growth"].values()))["rows"]
+    ax.bar([x - 0.2 for x in xs], [res["growth"][e]["empty"]["jobs_per_s"] for e in engines],
+           0.4, label="empty table")
+    ax.bar([x + 0.2 for x in xs], [res["growth"][e]["padded"]["jobs_per_s"] for e in engines],
+           0.4, label=f"{rows:,} rows")
+    ax.set_xticks(list(xs), engines); ax.set_ylabel("jobs/s (Worker, 4 workers, batch 20)")
+    ax.legend(); ax.grid(True, axis="y", alpha=.3)
+    ax.set_title("Throughput: empty table vs full table")
+    fig.tight_layout(); fig.savefig(f"{out}/growth.png", dpi=110)
 '''
 
 
 def plot(res: dict[str, Any]) -> list[str]:
     IMAGES.mkdir(parents=True, exist_ok=True)
     data = {"engines": res["engines"], "workers": res["workers"],
-            "throughput": throughput_series(res)}
+            "throughput": throughput_series(res), "processes": res.get("processes"),
+            "growth": res.get("growth")}
     proc = subprocess.run([str(peers_python()), "-c", PLOT, str(IMAGES)],
                           input=json.dumps(data), capture_output=True, text=True)
     if proc.returncode != 0:
         log(f"plots not made: {proc.stderr[-1000:]}")
         return []
-    return [str(IMAGES / "claim_latency.png"), str(IMAGES / "throughput.png")]
+    names = ["claim_latency", "throughput"] + [name for name in ("processes", "growth")
+                                                if res.get(name)]
+    return [str(IMAGES / f"{name}.png") for name in names]
 
 
 def main() -> int:
+    global DOC, IMAGES  # where write_doc and plot write
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -499,16 +795,42 @@ def main() -> int:
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--rounds", type=int, default=5,
                         help="head-to-head rounds at 4 workers on PostgreSQL (0: none)")
+    parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=True,
+                        help="fill each engine's table to --growth-rows and measure claim "
+                             "and throughput there (default: on)")
+    parser.add_argument("--growth-rows", type=int, default=GROWTH_ROWS,
+                        help=f"rows of the growth table (default {GROWTH_ROWS:,})")
+    parser.add_argument("--growth-ready", type=int, default=GROWTH_READY,
+                        help=f"ready jobs among them, over {bench.QUEUE_COUNT} queues "
+                             f"(default {GROWTH_READY:,})")
+    parser.add_argument("--processes", default=PROCESSES,
+                        help=f"worker-process counts (default {PROCESSES}; '': none)")
+    parser.add_argument("--process-jobs", type=int, default=20_000,
+                        help="jobs per process run, raised until a run lasts >= 2 s")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="results JSON written (default benchmarks/results/latest.json)")
+    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md",
+                        help="the doc written (default docs/benchmarks.md); its plots go to "
+                             "benchmarks/ beside it")
+    parser.add_argument("--estimate", action="store_true",
+                        help="only print the estimated wall time of a run with these flags")
     parser.add_argument("--from-json", type=Path, help="only rewrite the doc from results")
     args = parser.parse_args()
+    DOC, IMAGES = args.doc, args.doc.parent / "benchmarks"
+    if args.estimate:
+        print(f"~{estimate(args) / 60:.0f} min")
+        return 0
     if args.from_json:
         res = json.loads(args.from_json.read_text())
     else:
         res = run_all(args)
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(res, indent=1))
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text(json.dumps(res, indent=1))
     write_doc(res, plot(res))
     print(json.dumps(ratios(res)))
+    if "sections" in res:
+        log(f"wall time by section (s): {json.dumps(res['sections'])}; total "
+            f"{res['wall_s'] / 60:.1f} min (estimated {res['estimate_s'] / 60:.1f} min)")
     return 0
 
 

@@ -28,9 +28,11 @@ The ``portqb_`` tables are dropped afterwards.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
+import queue as queue_module
 import sqlite3
 import statistics
 import threading
@@ -57,8 +59,11 @@ DEFAULT_SIZES: tuple[tuple[int, int | None], ...] = (
     (1_000, None), (10_000, None), (100_000, None), (100_000, 1_000_000))
 DEFAULT_WORKERS = (1, 2, 4, 8)
 DEFAULT_BATCHES = (1, 20)
-#: the Worker has one mode (the name stays in reports and ``portq bench --mode``)
-MODES = ("worker",)
+#: throughput modes: ``worker``, the sync Worker (it has one mode); ``async``, the
+#: :class:`portq.aio.AsyncWorker` with ``concurrency`` = the worker count
+MODES = ("worker", "async")
+#: what runs when no mode is named
+DEFAULT_MODES = ("worker",)
 DEFAULT_JOBS = 20_000
 BULK_CHUNK = 1_000
 #: the concurrency limit the limited claim timing sets: high enough that it claims a full
@@ -312,6 +317,7 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
     keyed_now = False
     results = []
     for ready, total in sorted(sizes, key=lambda s: (s[0], s[1] or 0)):
+        fill_started = time.perf_counter()
         if ready > ready_now:
             for name in names:
                 fill_jobs(backend, name, ready - ready_now, offset=ready_now)
@@ -322,6 +328,7 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
                       offset=finished_now)
             finished_now = finished
         analyze_table(backend)
+        fill_s = time.perf_counter() - fill_started
         plan = explain_claim(backend, names[0])
         claim_ms, claimed = time_claim(backend, names[0])
         backend.set_concurrency_limit(names[0], LIMITED_MAX_RUNNING)
@@ -348,7 +355,7 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
             "rate_claim_ms": round(rate_ms, 3), "keyed_claim_ms": round(keyed_ms, 3),
             "server_ms": None if plan.server_ms is None else round(plan.server_ms, 3),
             "buffers": plan.buffers, "ordered_walk": plan.ordered_walk,
-            "nodes": plan.nodes})
+            "nodes": plan.nodes, "fill_s": round(fill_s, 2)})
     return results
 
 
@@ -367,7 +374,7 @@ def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) ->
 
 def mode_options(mode: str, batch: int, workers: int) -> dict[str, Any]:
     """The Worker options of a throughput mode: none (the Worker has one mode)."""
-    if mode not in MODES:
+    if mode not in MODES or mode == "async":
         raise ConfigurationError(f"unknown throughput mode {mode!r}; use {', '.join(MODES)}")
     return {}
 
@@ -417,14 +424,75 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
             "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
 
 
+async def _async_noop(job: Job) -> None:
+    """The async benchmark's job: nothing, awaited on the event loop."""
+
+
+def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int,
+                         progress: Progress | None = None, repeat: int = 1
+                         ) -> dict[str, Any]:
+    """:func:`throughput_run` with a :class:`portq.aio.AsyncWorker` of ``concurrency`` =
+    ``workers`` instead of the sync Worker: the same bulk enqueue through ``queue``, the
+    same settled table, the worker as a user gets it (``burst`` and the bench's lease, no
+    tuning options; its claims take at most its free slots, so it has no batch size).
+    ``url`` (with its password: ``queue.url`` has none) opens the AsyncQueue."""
+    import asyncio
+
+    import portq.aio
+
+    async def go() -> list[tuple[float, int, float]]:
+        aq = await portq.aio.connect(url, prefix=queue.backend.prefix,
+                                     pool_size=queue.backend.pool.max_size)
+        runs: list[tuple[float, int, float]] = []
+        try:
+            for _ in range(repeat):
+                settle(queue.backend)
+                name = f"bench-tp-{uuid.uuid4().hex[:8]}"
+                bulk_enqueue(queue, name, jobs)
+                worker = portq.aio.AsyncWorker(aq, name, _async_noop, concurrency=workers,
+                                               lease=120, burst=True)
+                started = time.perf_counter()
+                task = asyncio.create_task(worker.run())
+                while not task.done():
+                    await asyncio.wait({task}, timeout=0.2)
+                    if progress:
+                        progress(worker.counters.succeeded, jobs,
+                                 time.perf_counter() - started)
+                task.result()
+                elapsed = time.perf_counter() - started
+                done = worker.counters.succeeded
+                queue.prune(0, limit=jobs + 1, queue=name)
+                runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
+        finally:
+            await aq.close()
+        return runs
+
+    runs = asyncio.run(go())
+    rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
+    return {"engine": queue.backend.engine, "mode": "async", "workers": workers,
+            "batch": None, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
+            "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
+
+
 def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                workers: Sequence[int] = DEFAULT_WORKERS,
                batches: Sequence[int] = DEFAULT_BATCHES,
                progress: Progress | None = None,
-               modes: Sequence[str] = MODES, repeat: int = 1) -> list[dict[str, Any]]:
-    """:func:`throughput_run` for every mode, batch size and worker count."""
-    return [throughput_run(queue, jobs, w, b, progress, mode, repeat)
-            for mode in modes for b in batches for w in workers]
+               modes: Sequence[str] = DEFAULT_MODES, repeat: int = 1,
+               url: str | None = None) -> list[dict[str, Any]]:
+    """:func:`throughput_run` for every mode, batch size and worker count; the ``async``
+    mode (which needs ``url``) once per worker count, as it has no batch size."""
+    out = []
+    for mode in modes:
+        if mode == "async":
+            if url is None:
+                raise ConfigurationError("the async throughput mode needs the database URL")
+            out += [async_throughput_run(queue, url, jobs, w, progress, repeat)
+                    for w in workers]
+            continue
+        out += [throughput_run(queue, jobs, w, b, progress, mode, repeat)
+                for b in batches for w in workers]
+    return out
 
 
 def enqueue_rates(queue: Queue, jobs: int = DEFAULT_JOBS,
@@ -506,6 +574,279 @@ def pickup(queue: Queue, jobs: int = PICKUP_JOBS, gap: float = PICKUP_GAP_S,
             "idle_claims_per_s": round(idle_claims_per_s, 2)}
 
 
+# ---- growth: a 10M-row table ------------------------------------------------------------------
+
+#: growth's table: total rows and ready jobs over the 3 queues (333,334 per queue)
+GROWTH_ROWS, GROWTH_READY = 10_000_000, 1_000_000
+
+
+def growth(url: str, rows: int = GROWTH_ROWS, ready: int = GROWTH_READY, *,
+           jobs: int = DEFAULT_JOBS, workers: int = 4, batch: int = 20) -> dict[str, Any]:
+    """Throughput of one Worker on an empty table, then the table filled to ``rows``
+    (``ready`` ready jobs over :data:`QUEUE_COUNT` queues, the rest finished), the claim
+    latency at that size and the same throughput run on the full table (its own queue:
+    the padding is other queues' rows); ``fill_s`` is the fill's time (with ANALYZE)."""
+    per_queue = max(1, math.ceil(ready / QUEUE_COUNT))
+    with portq.connect(url, prefix=BENCH_PREFIX, pool_size=16) as queue:
+        backend = queue.backend
+        drop_tables(backend)
+        queue.migrate()
+        try:
+            empty = throughput_run(queue, jobs, workers, batch)
+            claim = claim_latency(queue, [(per_queue, max(rows, QUEUE_COUNT * per_queue))])[0]
+            padded = throughput_run(queue, jobs, workers, batch)
+        finally:
+            drop_tables(backend)
+    return {"engine": backend.engine, "rows": claim["total"], "ready": per_queue * QUEUE_COUNT,
+            "fill_s": claim["fill_s"],
+            "fill_rows_per_s": round(claim["total"] / claim["fill_s"]) if claim["fill_s"] else None,
+            "claim": claim, "empty": empty, "padded": padded}
+
+
+# ---- worker processes -------------------------------------------------------------------------
+
+#: the database server's process names, whose CPU :func:`processes_run` samples
+SERVER_PROCESSES = {"postgres": ("postgres",), "mysql": ("mariadbd", "mysqld")}
+SAMPLE_S = 0.25
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` from /proc (None: gone, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pids_named(names: Sequence[str]) -> list[int]:
+    """The pids whose command name is one of ``names`` (Linux /proc; [] elsewhere)."""
+    pids = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
+                    if f.read().strip() in names:
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _machine_busy() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of every core since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+class _RetryCounter(logging.Handler):
+    """Counts the backend's transient-conflict retries (SQLite: busy; others: deadlocks,
+    serialization failures, lock timeouts) from its debug log line."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "transient conflict" in str(record.msg):
+            self.count += 1
+
+
+def _process_worker(url: str, name: str, start: Any, results: Any) -> None:
+    """One worker process: a sync Worker with its default options (``burst``), started
+    when every process is ready (``start``, a barrier), its figures put on ``results``."""
+    retries = _RetryCounter()
+    backend_log = logging.getLogger("portq.backend")
+    backend_log.addHandler(retries)
+    backend_log.setLevel(logging.DEBUG)
+    backend_log.propagate = False
+    with portq.connect(url, prefix=BENCH_PREFIX) as queue:
+        queue.stats(name)  # connected before the clock starts
+        worker = Worker(queue, name, _noop, burst=True)
+        start.wait()
+        cpu, began = time.process_time(), time.time()
+        worker.run()
+        results.put({"pid": os.getpid(), "succeeded": worker.counters.succeeded,
+                     "claims": len(worker.counters.claim_seconds), "began": began,
+                     "ended": time.time(), "cpu_s": time.process_time() - cpu,
+                     "retries": retries.count})
+
+
+def _server_stats(backend: SqlBackend) -> dict[str, float]:
+    """Cumulative commit and lock counters of the server (PostgreSQL: this database's;
+    MariaDB: the server's global status)."""
+    if backend.engine == "postgres":
+        sql = ("SELECT xact_commit, xact_rollback, deadlocks FROM pg_stat_database "
+               "WHERE datname = current_database()")
+        row = backend.run("bench.stats", lambda c: backend.execute(c, sql).fetchone(),
+                          write=False)
+        return {"commits": float(row[0]), "rollbacks": float(row[1]),
+                "deadlocks": float(row[2])}
+    if backend.engine == "mysql":
+        sql = ("SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_commit', "
+               "'Innodb_row_lock_waits', 'Innodb_row_lock_time', 'Innodb_deadlocks')")
+        rows = backend.run("bench.stats", lambda c: backend.execute(c, sql).fetchall(),
+                           write=False)
+        names = {"Handler_commit": "commits", "Innodb_row_lock_waits": "row_lock_waits",
+                 "Innodb_row_lock_time": "row_lock_ms", "Innodb_deadlocks": "deadlocks"}
+        return {names[str(k)]: float(v) for k, v in rows}
+    return {}
+
+
+_CLOCK_SQL = {
+    "postgres": ("SELECT extract(epoch FROM clock_timestamp())",
+                 "SELECT extract(epoch FROM max(finished_at)) FROM portq_job "
+                 "WHERE queue = :queue"),
+    "mysql": ("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) / 1e6",
+              "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', max(finished_at)) / 1e6 "
+              "FROM portq_job WHERE queue = :queue"),
+    "sqlite": ("SELECT (julianday('now') - 2440587.5) * 86400.0",
+               "SELECT max(finished_at) / 1e6 FROM portq_job WHERE queue = :queue"),
+}
+
+
+def db_clock(backend: SqlBackend, queue: str | None = None) -> float | None:
+    """The database's clock in epoch seconds, or (``queue`` given) the latest
+    ``finished_at`` of that queue's jobs, on the same clock (None: no such engine or job)."""
+    if backend.engine not in _CLOCK_SQL:
+        return None
+    sql = _CLOCK_SQL[backend.engine][queue is not None].replace("portq_", backend.prefix)
+    value = backend.run("bench.clock", lambda c: backend.execute(
+        c, sql, {"queue": queue}).fetchone()[0], write=False)
+    return None if value is None else float(value)
+
+
+def _pg_waits(backend: SqlBackend) -> list[tuple[str, int]]:
+    """(wait_event_type or 'CPU', backends) of this database's active backends."""
+    sql = ("SELECT coalesce(wait_event_type, 'CPU'), count(*) FROM pg_stat_activity "
+           "WHERE datname = current_database() AND state = 'active' "
+           "AND pid <> pg_backend_pid() GROUP BY 1")
+    rows = backend.run("bench.waits", lambda c: backend.execute(c, sql).fetchall(),
+                       write=False)
+    return [(str(k), int(n)) for k, n in rows]
+
+
+def processes_run(url: str, jobs: int, processes: int) -> dict[str, Any]:
+    """Claim + complete ``jobs`` no-op jobs with ``processes`` worker processes (spawned,
+    each one sync Worker with its default options), timed from the moment all are ready
+    (a barrier) to the last job's completion (the jobs' ``finished_at``, on the
+    database's clock), interpreter start-up excluded. Meanwhile it samples
+    the CPU of the worker processes and of the database server's processes (/proc), the
+    machine's busy share, the server's commit and lock counters and, on PostgreSQL, what
+    this database's active backends wait on."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("spawn")
+    with portq.connect(url, prefix=BENCH_PREFIX, pool_size=4) as queue:
+        backend = queue.backend
+        queue.migrate()
+        settle(backend)
+        name = f"bench-proc-{uuid.uuid4().hex[:8]}"
+        bulk_enqueue(queue, name, jobs)
+        start, results = ctx.Barrier(processes + 1), ctx.Queue()
+        procs = [ctx.Process(target=_process_worker, args=(url, name, start, results),
+                             daemon=True) for _ in range(processes)]
+        for p in procs:
+            p.start()
+        try:
+            return _time_processes(backend, procs, start, results, jobs, name)
+        finally:
+            for p in procs:
+                p.join(30)
+                if p.is_alive():
+                    p.terminate()
+            queue.prune(0, limit=jobs + 1, queue=name)
+
+
+def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: Any,
+                    jobs: int, name: str) -> dict[str, Any]:
+    """:func:`processes_run`'s clock and samples, from the barrier to the last exit."""
+    processes = len(procs)
+    server_names = SERVER_PROCESSES.get(backend.engine, ())
+    start.wait(timeout=120)
+    began, db_began = time.time(), db_clock(backend)
+    busy0 = _machine_busy()
+    stats0 = _server_stats(backend)
+    server: dict[int, list[float]] = {}  # pid -> [cpu at start (0: started later), last]
+    for pid in _pids_named(server_names):
+        cpu = _cpu_seconds(pid)
+        if cpu is not None:
+            server[pid] = [cpu, cpu]
+    waits: dict[str, int] = {}
+    rows: list[dict[str, Any]] = []
+    while len(rows) < processes:
+        try:
+            rows.append(results.get(timeout=SAMPLE_S))
+        except queue_module.Empty:  # sample, and wait on
+            if not any(p.is_alive() for p in procs):
+                break
+        for pid in _pids_named(server_names):
+            cpu = _cpu_seconds(pid)
+            if cpu is not None:
+                server.setdefault(pid, [0.0, cpu])[1] = cpu
+        if backend.engine == "postgres":
+            for kind, n in _pg_waits(backend):
+                waits[kind] = waits.get(kind, 0) + n
+    ended = max((r["ended"] for r in rows), default=time.time())
+    busy1, stats1 = _machine_busy(), _server_stats(backend)
+    last = db_clock(backend, name)
+    # the clock stops at the last completion (the database's finished_at), not at the
+    # processes' exit, which a burst worker delays by up to one idle poll
+    elapsed = last - db_began if last is not None and db_began is not None else \
+        ended - began
+    done = sum(r["succeeded"] for r in rows)
+    cores = os.cpu_count() or 1
+
+    def pct(seconds: float) -> float:
+        return round(100 * seconds / elapsed, 1) if elapsed > 0 else 0.0
+    delta = {k: stats1[k] - stats0.get(k, 0.0) for k in stats1}
+    return {
+        "engine": backend.engine, "processes": processes, "jobs": jobs, "succeeded": done,
+        "exited": len(rows), "seconds": round(elapsed, 3),
+        "exit_seconds": round(ended - began, 3),
+        "jobs_per_s": round(done / elapsed, 1) if elapsed > 0 else 0.0,
+        "cores": cores,
+        # CPU as % of one core over the timed window
+        "worker_cpu_pct": pct(sum(r["cpu_s"] for r in rows)),
+        "server_cpu_pct": pct(sum(last - first for first, last in server.values()))
+        if server_names else None,
+        "machine_busy_pct": round(100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]), 1)
+        if busy0 and busy1 and busy1[1] > busy0[1] else None,
+        "claims": sum(r["claims"] for r in rows),
+        "retries": sum(r["retries"] for r in rows),
+        "commits_per_s": round(delta["commits"] / elapsed, 1)
+        if "commits" in delta and elapsed > 0 else None,
+        "server_counters": {k: round(v, 1) for k, v in delta.items()},
+        "pg_wait_samples": waits or None}
+
+
+def processes_sweep(url: str, counts: Sequence[int], jobs: int, *,
+              min_seconds: float = 2.0) -> list[dict[str, Any]]:
+    """:func:`processes_run` for each process count; a run shorter than ``min_seconds``
+    is run again with proportionally more jobs (the longer run is reported)."""
+    out = []
+    with portq.connect(url, prefix=BENCH_PREFIX) as queue:
+        drop_tables(queue.backend)
+    try:
+        for n in counts:
+            row = processes_run(url, jobs, n)
+            for _ in range(2):
+                if not 0 < row["seconds"] < min_seconds:
+                    break
+                more = math.ceil(row["jobs"] * 1.5 * min_seconds / row["seconds"])
+                row = processes_run(url, more, n)
+            out.append(row)
+    finally:
+        with portq.connect(url, prefix=BENCH_PREFIX) as queue:
+            drop_tables(queue.backend)
+    return out
+
+
 def machine() -> dict[str, Any]:
     """nproc, memory, Python and OS of this machine."""
     mem = None
@@ -523,7 +864,7 @@ def machine() -> dict[str, Any]:
 def run(url: str, scenarios: Sequence[str] = DEFAULT_SCENARIOS, *, jobs: int = DEFAULT_JOBS,
         workers: Sequence[int] = DEFAULT_WORKERS, batches: Sequence[int] = DEFAULT_BATCHES,
         sizes: Sequence[tuple[int, int | None]] = DEFAULT_SIZES,
-        progress: Progress | None = None, modes: Sequence[str] = MODES,
+        progress: Progress | None = None, modes: Sequence[str] = DEFAULT_MODES,
         repeat: int = 1) -> dict[str, Any]:
     """Run ``scenarios`` against ``url`` in ``portqb_`` tables, dropped afterwards."""
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -541,7 +882,7 @@ def run(url: str, scenarios: Sequence[str] = DEFAULT_SCENARIOS, *, jobs: int = D
                 report["enqueue"] = enqueue_rates(queue, jobs)
             if "throughput" in scenarios:
                 report["throughput"] = throughput(queue, jobs, workers, batches, progress,
-                                                  modes, repeat)
+                                                  modes, repeat, url)
             if "claim-latency" in scenarios:
                 report["claim_latency"] = claim_latency(queue, sizes)
             if "pickup" in scenarios:

@@ -609,7 +609,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     progress = None if args.no_progress else _progress
     report = bench.run(url, args.scenario or bench.DEFAULT_SCENARIOS, jobs=args.jobs,
                        workers=args.workers, batches=args.batch, sizes=args.sizes,
-                       progress=progress, modes=args.mode or bench.MODES,
+                       progress=progress, modes=args.mode or bench.DEFAULT_MODES,
                        repeat=args.repeat)
     if progress:
         print(file=sys.stderr)
@@ -925,9 +925,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_int_list, default=list(bench.DEFAULT_BATCHES),
                    help="claim batch sizes (default 1,20)")
     p.add_argument("--mode", action="append", choices=bench.MODES,
-                   help="throughput mode: 'worker', the Worker with no tuning options "
-                        "(the default/pipelined split is gone: the one mode sizes its "
-                        "look-ahead, completion batches and claim loops itself)")
+                   help="throughput mode, repeat for both: 'worker' (default), the sync "
+                        "Worker with no tuning options (it sizes its look-ahead, completion "
+                        "batches and claim loops itself); 'async', portq.aio.AsyncWorker "
+                        "with concurrency = the worker count (no batch size: run once per "
+                        "worker count)")
     p.add_argument("--repeat", type=_positive, default=1,
                    help="run each throughput configuration this many times and report "
                         "the median run (default 1)")

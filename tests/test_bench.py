@@ -57,3 +57,41 @@ def test_bench_rejects_bad_sizes_and_scenarios(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         main(["bench", "sqlite:///x.db", "--scenario", "nope"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_bench_async_mode_runs_the_async_worker(engine: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``--mode async`` beside ``--mode worker``: the AsyncWorker works every job, once per
+    worker count (it has no batch size), in the same report as the sync Worker's runs."""
+    import os
+    url = f"sqlite:///{tmp_path / 'bench.db'}" if engine == "sqlite" else \
+        os.environ.get("PORTQ_TEST_PG_URL", "")
+    if not url:
+        pytest.skip("set PORTQ_TEST_PG_URL for the PostgreSQL run")
+    code = main(["bench", url, "--json", "--no-progress", "--scenario", "throughput",
+                 "--jobs", "50", "--workers", "1,4", "--batch", "1,20", "--mode", "worker",
+                 "--mode", "async"])
+    assert code == 0
+    runs = json.loads(capsys.readouterr().out)["throughput"]
+    assert sorted((r["mode"], r["workers"], r["batch"] or 0) for r in runs) == [
+        ("async", 1, 0), ("async", 4, 0), ("worker", 1, 1), ("worker", 1, 20),
+        ("worker", 4, 1), ("worker", 4, 20)]
+    for r in runs:
+        assert r["engine"] == engine and r["succeeded"] == r["jobs"] == 50
+        assert r["seconds"] > 0 and r["runs"] == [r["jobs_per_s"]]
+
+
+def test_bench_processes_and_growth_on_sqlite(tmp_path: Path) -> None:
+    """Worker processes work every job and report their CPU split; growth fills the table
+    to the size asked for and runs the Worker on the empty and the full table."""
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    rows = bench.processes_sweep(url, [1, 2], 40, min_seconds=0)
+    assert [(r["processes"], r["exited"], r["succeeded"]) for r in rows] == [
+        (1, 1, 40), (2, 2, 40)]
+    for r in rows:
+        assert r["seconds"] > 0 and r["worker_cpu_pct"] > 0 and r["retries"] >= 0
+    grown = bench.growth(url, rows=3_000, ready=300, jobs=30)
+    assert (grown["rows"], grown["ready"]) == (3_000, 300)
+    assert grown["claim"]["claimed"] == bench.CLAIM_LIMIT and grown["fill_s"] > 0
+    assert grown["empty"]["succeeded"] == grown["padded"]["succeeded"] == 30
