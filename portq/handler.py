@@ -141,7 +141,8 @@ class HandlerThreads:
     IDLE_S = 30.0
 
     def __init__(self) -> None:
-        self._calls: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._calls: queue.SimpleQueue[Callable[[], Callable[[], None]]] = \
+            queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # threads waiting for a call that no submitted call has claimed
         self._started = 0
@@ -160,14 +161,12 @@ class HandlerThreads:
             else:
                 done.set_exception(error)
 
-        def call() -> None:
+        def call() -> Callable[[], None]:
             try:
                 outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 outcome = (exc, None)
-            # RuntimeError: the loop closed meanwhile, so nobody awaits this any more
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, *outcome)
+            return functools.partial(_call_soon, loop, functools.partial(settle, *outcome))
 
         with self._lock:
             spawn = self._idle == 0
@@ -191,6 +190,7 @@ class HandlerThreads:
                         self._idle -= 1  # no call is on its way to this thread: end
                         return
                 continue
-            call()
-            with self._lock:
+            deliver = call()
+            with self._lock:  # idle before the result is out: the next job may take it
                 self._idle += 1
+            deliver()

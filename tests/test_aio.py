@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -296,3 +298,83 @@ def test_async_worker_registers_heartbeats_and_deregisters(async_url: str, queue
     assert seen and seen[0].queues == (qname,) and seen[0].concurrency == 3
     assert seen[0].jobs_in_hand > 0
     assert after == [], "a stopped AsyncWorker must deregister"
+
+
+def test_async_worker_is_woken_by_enqueue_on_postgres(async_url: str, queue: portq.Queue,
+                                                      qname: str) -> None:
+    """On PostgreSQL the AsyncWorker's listener cuts its idle sleep short: with polls 5 s
+    apart, a job enqueued while it sleeps still starts within a second."""
+    if parse_url(async_url).engine != "postgres":
+        pytest.skip("only PostgreSQL announces new jobs (LISTEN/NOTIFY)")
+
+    async def body(q: aio.AsyncQueue) -> float:
+        started = asyncio.Event()
+
+        async def handler(job: portq.Job) -> None:
+            started.set()
+
+        worker = aio.AsyncWorker(q, qname, handler, idle_min=5.0, idle_max=5.0,
+                                 registry_interval=None)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(1.0)  # its first, empty claim is done: it sleeps 2.5-5 s
+        enqueued = time.monotonic()
+        await q.enqueue(qname, "wake")
+        await asyncio.wait_for(started.wait(), 10)
+        waited = time.monotonic() - enqueued
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+        return waited
+
+    assert run(async_url, body) < 1.0
+
+
+def test_async_worker_reaps_expired_leases(async_url: str, queue: portq.Queue,
+                                           qname: str) -> None:
+    """A job whose owner vanished (lease expired) is reaped by the AsyncWorker's main loop
+    and run again with a new generation."""
+    job_id = queue.enqueue(qname, "orphan")
+    (ghost,) = queue.claim(qname, "ghost-worker", lease=0.2)
+    time.sleep(0.4)
+
+    async def body(q: aio.AsyncQueue) -> tuple[Any, list[int]]:
+        attempts: list[int] = []
+
+        async def handler(job: portq.Job) -> None:
+            attempts.append(job.attempt)
+
+        worker = aio.AsyncWorker(q, qname, handler, reap_interval=0.1, reap_delay=0,
+                                 idle_min=0.01, idle_max=0.05, registry_interval=None)
+        task = asyncio.create_task(worker.run())
+        for _ in range(200):
+            if attempts:
+                break
+            await asyncio.sleep(0.05)
+        worker.stop()
+        return await asyncio.wait_for(task, 30), attempts
+
+    counters, attempts = run(async_url, body)
+    assert attempts == [ghost.attempt + 1] and counters.reaped >= 1
+    assert counters.succeeded == 1 and not queue.complete(ghost)  # the ghost is fenced off
+    assert counts(queue, qname)["succeeded"] == 1 and queue.job(job_id) is not None
+
+
+def test_async_worker_keeps_its_threads_for_plain_handlers(async_url: str,
+                                                           queue: portq.Queue,
+                                                           qname: str) -> None:
+    """Plain handlers run on threads the worker keeps: 60 jobs at concurrency 3 use at most
+    3 threads, and never the event loop's."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(60)])
+    threads: set[int] = set()
+
+    def handler(job: portq.Job) -> None:
+        threads.add(threading.get_ident())
+        time.sleep(0.002)
+
+    async def body(q: aio.AsyncQueue) -> Any:
+        worker = aio.AsyncWorker(q, qname, handler, concurrency=3, burst=True,
+                                 idle_min=0.01, idle_max=0.05, registry_interval=None)
+        return await asyncio.wait_for(worker.run(), 60), threading.get_ident()
+
+    counters, loop_thread = run(async_url, body)
+    assert counters.succeeded == 60
+    assert 1 <= len(threads) <= 3 and loop_thread not in threads
