@@ -70,6 +70,8 @@ from portq.worker import (
     WriteRetry,
     claim_batch,
     failure_summary,
+    forget,
+    mark_writing,
     new_worker_id,
     run_listener,
 )
@@ -775,15 +777,11 @@ class AsyncWorker:
 
     def _start_writing(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs of ``jobs`` this worker still owns, now marked as being written."""
-        owned = [j for j in jobs if self._inflight.get(j.id) is j]
-        self._writing.update((j.id, j) for j in owned)
-        return owned
+        return mark_writing(self._inflight, self._writing, jobs)
 
     def _forget(self, job: Job) -> None:
         """Stop owning ``job`` (its outcome is written, or it was lost)."""
-        for owned in (self._inflight, self._writing):
-            if owned.get(job.id) is job:
-                del owned[job.id]
+        forget(self._inflight, self._writing, job)
 
     def _disown(self, jobs: Sequence[Job]) -> None:
         """Forget unstarted ``jobs`` taken out of the waiting line (to be released)."""

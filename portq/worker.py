@@ -486,6 +486,22 @@ def run_listener(listener: Listener, done: threading.Event, wake: Callable[[], N
         listener.close()
 
 
+def mark_writing(inflight: dict[int, Job], writing: dict[int, Job],
+                 jobs: Sequence[Job]) -> list[Job]:
+    """The jobs of ``jobs`` still owned (in ``inflight``), now marked as being written
+    (both workers' bookkeeping; the sync one holds its lock)."""
+    owned = [j for j in jobs if inflight.get(j.id) is j]
+    writing.update((j.id, j) for j in owned)
+    return owned
+
+
+def forget(inflight: dict[int, Job], writing: dict[int, Job], job: Job) -> None:
+    """Stop owning ``job``: its outcome is written, or it was lost (both workers)."""
+    for owned in (inflight, writing):
+        if owned.get(job.id) is job:
+            del owned[job.id]
+
+
 def failure_summary(exc: BaseException) -> str:
     """The error text stored for a failed attempt: the traceback's last 4,000 characters."""
     return "".join(traceback.format_exception(exc, limit=8))[-4000:]
@@ -852,15 +868,11 @@ class Worker:
     def _start_writing(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs of ``jobs`` this worker still owns, now marked as being written."""
         with self._lock:
-            owned = [j for j in jobs if self._inflight.get(j.id) is j]
-            self._writing.update((j.id, j) for j in owned)
-            return owned
+            return mark_writing(self._inflight, self._writing, jobs)
 
     def _forget(self, job: Job) -> None:
         """Stop owning ``job`` (its outcome is written, or it was lost); hold the lock."""
-        for owned in (self._inflight, self._writing):
-            if owned.get(job.id) is job:
-                del owned[job.id]
+        forget(self._inflight, self._writing, job)
 
     def _execute(self, job: Job) -> bool:
         """Run the handler and report; True when the completion was left to the ack thread.
