@@ -78,8 +78,8 @@ CONFIGS = {
                          "claimed batch (what the Worker writes)",
     "portq worker": "one sync `portq.Worker`, concurrency 4, batch 20, no tuning options "
                     "(it sizes look-ahead, completion batches and claim loops itself)",
-    "portq async": "one `portq.aio.AsyncWorker`, concurrency 4, async no-op handler, no "
-                   "other option (its claims take at most its free slots: no batch size)",
+    "portq async": "one `portq.aio.AsyncWorker`, concurrency 4, batch 20, async no-op "
+                   "handler, no tuning options (the Worker's sizing)",
     "pgqueuer": "4 QueueManagers in one event loop, default batch (10), buffered "
                 "acknowledgements, drain mode",
     "procrastinate": "one worker, concurrency 4, no LISTEN/NOTIFY, 50 ms polling",
@@ -129,7 +129,7 @@ def estimate(args: argparse.Namespace) -> float:
     engines = len(args.engines.split(","))
     workers = len(args.workers.split(","))
     pg = "postgres" in args.engines
-    seconds = engines * args.jobs * workers * 3 * ESTIMATE["sweep_job"]  # 2 batches + async
+    seconds = engines * args.jobs * workers * 4 * ESTIMATE["sweep_job"]  # 2 batches x 2 modes
     seconds += pg * args.jobs * workers * 2 * ESTIMATE["sweep_job"]  # raw loops
     if not args.skip_peers:
         seconds += pg * args.jobs * workers * 4 * ESTIMATE["peers_job"]
@@ -260,7 +260,7 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
                 runs["portq worker"].append(
                     bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
                 runs["portq async"].append(
-                    bench.async_throughput_run(queue, PG_URL, jobs, 4)["jobs_per_s"])
+                    bench.async_throughput_run(queue, PG_URL, jobs, 4, 20)["jobs_per_s"])
                 for peer in PEERS if python is not None else ():
                     interpreter = python_for(peer, python) if python is not None else None
                     if interpreter is None:
@@ -394,7 +394,7 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
     else:
         mine, ceiling = rate(tp, 4, 20, mode="worker"), rate(res["raw"], 4,
                                                               complete="complete_many")
-        mine_async = rate(tp, 4, mode="async")
+        mine_async = rate(tp, 4, 20, mode="async")
         peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
                  if p.get("workers") == 4 and "jobs_per_s" in p}
     bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
@@ -555,7 +555,7 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               f"{res['jobs']:,} jobs per run, one run each; portq `worker` = one "
               "`portq.Worker` with N handler threads and claim batch B, no other option; "
               "portq `async` = one `portq.aio.AsyncWorker` with concurrency N and an async "
-              "no-op handler, no other option (no batch: it claims at most its free slots); "
+              "no-op handler and claim batch B, no other option; "
               "raw = portq's claim (batch 20) and complete SQL "
               "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
               "each batch's (`complete_many`); peers as in the head-to-head configurations, "
@@ -730,9 +730,9 @@ for line in res["throughput"]:
     kind, mode, ys = line["kind"], line["mode"], line["jobs_per_s"]
     if kind == "portq":
         batch = line["batch"]
-        ax.plot(ws, ys, marker="o" if batch else "D",
-                linestyle="-" if (batch or 0) > 1 else "-." if batch else "--",
-                label=f"portq {line['engine']} {mode}" + (f" batch {batch}" if batch else ""))
+        ax.plot(ws, ys, marker="o" if mode == "worker" else "D",
+                linestyle="-" if batch > 1 else "-.",
+                label=f"portq {line['engine']} {mode} batch {batch}")
     elif kind == "raw":
         ax.plot(ws, ys, "k--" if mode == "complete" else "k:", marker="s",
                 label=f"raw SQL (pg, {mode})")

@@ -359,6 +359,14 @@ def claim_latency(queue: Queue, sizes: Sequence[tuple[int, int | None]] = DEFAUL
     return results
 
 
+#: the options of every throughput run's worker, sync or async: drain and stop (burst), a
+#: lease no run outlasts, short idle sleeps so that the drained check at the end costs
+#: milliseconds, and no reaper or pruner
+RUN_OPTIONS: dict[str, Any] = {"burst": True, "lease": 120, "idle_min": 0.005,
+                               "idle_max": 0.05, "reap_interval": None,
+                               "prune_interval": None}
+
+
 def _noop(job: Job) -> None:
     """The benchmark's job: nothing, so the queue's own cost is what is measured."""
 
@@ -404,9 +412,8 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
         settle(queue.backend)
         name = f"bench-tp-{uuid.uuid4().hex[:8]}"
         bulk_enqueue(queue, name, jobs)
-        worker = Worker(queue, name, _noop, concurrency=workers, batch=batch, burst=True,
-                        lease=120, idle_min=0.005, idle_max=0.05, reap_interval=None,
-                        prune_interval=None, **options)
+        worker = Worker(queue, name, _noop, concurrency=workers, batch=batch,
+                        **RUN_OPTIONS, **options)
         thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
         started = time.perf_counter()
         thread.start()
@@ -428,14 +435,14 @@ async def _async_noop(job: Job) -> None:
     """The async benchmark's job: nothing, awaited on the event loop."""
 
 
-def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int,
+def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch: int,
                          progress: Progress | None = None, repeat: int = 1
                          ) -> dict[str, Any]:
     """:func:`throughput_run` with a :class:`portq.aio.AsyncWorker` of ``concurrency`` =
-    ``workers`` instead of the sync Worker: the same bulk enqueue through ``queue``, the
-    same settled table, the worker as a user gets it (``burst`` and the bench's lease, no
-    tuning options; its claims take at most its free slots, so it has no batch size).
-    ``url`` (with its password: ``queue.url`` has none) opens the AsyncQueue."""
+    ``workers`` and claim batch ``batch`` instead of the sync Worker: the same bulk enqueue
+    through ``queue``, the same settled table, the same worker options
+    (:data:`RUN_OPTIONS`), no tuning options. ``url`` (with its password: ``queue.url``
+    has none) opens the AsyncQueue."""
     import asyncio
 
     import portq.aio
@@ -450,7 +457,8 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int,
                 name = f"bench-tp-{uuid.uuid4().hex[:8]}"
                 bulk_enqueue(queue, name, jobs)
                 worker = portq.aio.AsyncWorker(aq, name, _async_noop, concurrency=workers,
-                                               lease=120, burst=True)
+                                               batch=batch, registry_interval=None,
+                                               **RUN_OPTIONS)
                 started = time.perf_counter()
                 task = asyncio.create_task(worker.run())
                 while not task.done():
@@ -470,7 +478,7 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int,
     runs = asyncio.run(go())
     rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": "async", "workers": workers,
-            "batch": None, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
+            "batch": batch, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
             "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
 
 
@@ -480,15 +488,15 @@ def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
                progress: Progress | None = None,
                modes: Sequence[str] = DEFAULT_MODES, repeat: int = 1,
                url: str | None = None) -> list[dict[str, Any]]:
-    """:func:`throughput_run` for every mode, batch size and worker count; the ``async``
-    mode (which needs ``url``) once per worker count, as it has no batch size."""
+    """:func:`throughput_run` for every mode, batch size and worker count (the ``async``
+    mode needs ``url``)."""
     out = []
     for mode in modes:
         if mode == "async":
             if url is None:
                 raise ConfigurationError("the async throughput mode needs the database URL")
-            out += [async_throughput_run(queue, url, jobs, w, progress, repeat)
-                    for w in workers]
+            out += [async_throughput_run(queue, url, jobs, w, b, progress, repeat)
+                    for b in batches for w in workers]
             continue
         out += [throughput_run(queue, jobs, w, b, progress, mode, repeat)
                 for b in batches for w in workers]

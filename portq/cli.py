@@ -928,8 +928,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="throughput mode, repeat for both: 'worker' (default), the sync "
                         "Worker with no tuning options (it sizes its look-ahead, completion "
                         "batches and claim loops itself); 'async', portq.aio.AsyncWorker "
-                        "with concurrency = the worker count (no batch size: run once per "
-                        "worker count)")
+                        "with concurrency = the worker count and the same batch sizes")
     p.add_argument("--repeat", type=_positive, default=1,
                    help="run each throughput configuration this many times and report "
                         "the median run (default 1)")

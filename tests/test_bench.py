@@ -63,7 +63,7 @@ def test_bench_rejects_bad_sizes_and_scenarios(capsys: pytest.CaptureFixture[str
 def test_bench_async_mode_runs_the_async_worker(engine: str, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """``--mode async`` beside ``--mode worker``: the AsyncWorker works every job, once per
-    worker count (it has no batch size), in the same report as the sync Worker's runs."""
+    worker count and batch size, in the same report as the sync Worker's runs."""
     import os
     url = f"sqlite:///{tmp_path / 'bench.db'}" if engine == "sqlite" else \
         os.environ.get("PORTQ_TEST_PG_URL", "")
@@ -74,9 +74,9 @@ def test_bench_async_mode_runs_the_async_worker(engine: str, tmp_path: Path,
                  "--mode", "async"])
     assert code == 0
     runs = json.loads(capsys.readouterr().out)["throughput"]
-    assert sorted((r["mode"], r["workers"], r["batch"] or 0) for r in runs) == [
-        ("async", 1, 0), ("async", 4, 0), ("worker", 1, 1), ("worker", 1, 20),
-        ("worker", 4, 1), ("worker", 4, 20)]
+    assert sorted((r["mode"], r["workers"], r["batch"]) for r in runs) == [
+        ("async", 1, 1), ("async", 1, 20), ("async", 4, 1), ("async", 4, 20),
+        ("worker", 1, 1), ("worker", 1, 20), ("worker", 4, 1), ("worker", 4, 20)]
     for r in runs:
         assert r["engine"] == engine and r["succeeded"] == r["jobs"] == 50
         assert r["seconds"] > 0 and r["runs"] == [r["jobs_per_s"]]
