@@ -461,7 +461,7 @@ class AsyncWorker:
         self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
         self.outcomes = Outcomes(self.counters, self.worker_id, log)
-        self.maintenance = Maintenance(queue.queue, self.counters, self.worker_id,
+        self.maintenance = Maintenance(queue.queue, self.counters, self.worker_id, log,
                                        reap_interval=reap_interval, reap_delay=reap_delay,
                                        prune_interval=prune_interval,
                                        prune_older_than=prune_older_than)

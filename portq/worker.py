@@ -414,8 +414,8 @@ class Maintenance:
     deleted in bounded batches) that a worker's main claim loop runs now and then (shared
     by both workers; the async one runs :meth:`run_due` on a thread)."""
 
-    def __init__(self, queue: Queue, counters: WorkerCounters, worker_id: str, *,
-                 reap_interval: float | None, reap_delay: float,
+    def __init__(self, queue: Queue, counters: WorkerCounters, worker_id: str,
+                 logger: logging.Logger, *, reap_interval: float | None, reap_delay: float,
                  prune_interval: float | None, prune_older_than: float) -> None:
         for what, value in (("reap_interval", reap_interval),
                             ("prune_interval", prune_interval)):
@@ -423,7 +423,7 @@ class Maintenance:
                 duration_ms(value, what)
         duration_ms(reap_delay, "reap_delay", allow_zero=True)
         duration_ms(prune_older_than, "prune_older_than", allow_zero=True)
-        self.queue, self.counters, self.worker_id = queue, counters, worker_id
+        self.queue, self.counters, self.worker_id, self.log = queue, counters, worker_id, logger
         self.reap_interval, self.reap_delay = reap_interval, reap_delay
         self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
         now = time.monotonic()  # jittered first runs: workers started together spread out
@@ -447,14 +447,14 @@ class Maintenance:
                 # they are due reap_delay after the reap's statement, which ran before now
                 self._reaped_due_by = time.monotonic() + self.reap_delay
                 self.counters.add("reaped", n)
-                log.warning("worker.reaped worker=%s count=%d (expired leases returned)",
-                            self.worker_id, n)
+                self.log.warning("worker.reaped worker=%s count=%d (expired leases "
+                                 "returned)", self.worker_id, n)
         if self.prune_interval and now >= self._next_prune:
             self._next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
             n = self.queue.prune(self.prune_older_than, limit=1000)
             self.counters.add("pruned", n)
             if n:
-                log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
+                self.log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
 
     def reaped_waiting(self) -> bool:
         """Jobs this reaper returned are not due yet (a ``burst`` worker waits for them)."""
@@ -587,7 +587,7 @@ class Worker:
         self.scheduler: Scheduler | None = None
         self.counters = WorkerCounters()
         self.outcomes = Outcomes(self.counters, self.worker_id, log)
-        self.maintenance = Maintenance(queue, self.counters, self.worker_id,
+        self.maintenance = Maintenance(queue, self.counters, self.worker_id, log,
                                        reap_interval=reap_interval, reap_delay=reap_delay,
                                        prune_interval=prune_interval,
                                        prune_older_than=prune_older_than)
