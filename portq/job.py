@@ -39,10 +39,12 @@ class CancelSignal:
     """Set once, when the worker learns that an operator cancelled the job it runs; runs
     the callbacks registered with :meth:`on_cancel` (e.g. cancelling an asyncio task)."""
 
+    #: one lock for every signal: a job is made per claimed row, and a cancel is rare
+    _lock = threading.Lock()
+
     def __init__(self) -> None:
         self._set = False
         self._event: threading.Event | None = None  # made for the first waiter only
-        self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
 
     def is_set(self) -> bool:

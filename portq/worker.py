@@ -199,6 +199,7 @@ class LookAhead:
         self._job_s: float | None = None     # moving average of a handler's run time
         self._cycle_s: float | None = None   # moving average of a claim's round trip
         self._recent: deque[float] = deque(maxlen=32)  # the last claims' round trips
+        self._fastest = math.inf  # the fastest of them
 
     @staticmethod
     def _average(old: float | None, sample: float) -> float:
@@ -217,11 +218,12 @@ class LookAhead:
         """A claim came back after ``seconds``."""
         self._cycle_s = self._average(self._cycle_s, seconds)
         self._recent.append(seconds)
+        self._fastest = min(self._recent)
 
     def size(self) -> int:
         """Jobs that may wait for a handler thread now."""
         job, cycle = self._job_s, self._cycle_s
-        if job is None or cycle is None or job >= min(self._recent):
+        if job is None or cycle is None or job >= self._fastest:
             return 0
         starts_per_s = self.concurrency / job
         return int(min(self.ceiling, starts_per_s * cycle * LOOKAHEAD_CYCLES,

@@ -1124,5 +1124,8 @@ def like_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def utc_from_micros(value: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(value))
+    return EPOCH + timedelta(microseconds=int(value))

@@ -11,14 +11,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend, utc_from_micros
+from portq.backends.base import EPOCH, ErrorKind, SqlBackend, utc_from_micros
 from portq.errors import ConfigurationError
 from portq.url import DatabaseURL
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: sqlite3.OperationalError carries no specific code for these (SQLITE_ERROR): message
 #: fragments, lower-cased, by kind
 _MESSAGES: dict[ErrorKind, tuple[str, ...]] = {
