@@ -10,6 +10,7 @@ import pytest
 
 from portq import bench
 from portq.cli import main
+from portq.url import parse_url
 
 
 def test_bench_json_report_on_sqlite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,3 +96,76 @@ def test_bench_processes_and_growth_on_sqlite(tmp_path: Path) -> None:
     assert (grown["rows"], grown["ready"]) == (3_000, 300)
     assert grown["claim"]["claimed"] == bench.CLAIM_LIMIT and grown["fill_s"] > 0
     assert grown["empty"]["succeeded"] == grown["padded"]["succeeded"] == 30
+
+
+def test_raw_throughput_run_completes_every_job_in_each_form(engine_url: str) -> None:
+    """On every engine under test, the raw ceiling's loop claims and completes every job
+    once in each completion form the engine has (``complete_claim`` on PostgreSQL only),
+    and leaves no row behind."""
+    import portq
+    engine = parse_url(engine_url).engine
+    with portq.connect(engine_url, prefix=bench.BENCH_PREFIX) as queue:
+        bench.drop_tables(queue.backend)
+        queue.migrate()
+        forms = bench.raw_completes(queue.backend)
+        assert forms == (["complete", "complete_many", "complete_claim"] if engine == "postgres"
+                         else ["complete", "complete_many"])
+        try:
+            for form in forms:
+                r = bench.raw_throughput_run(queue, 130, 3, 20, form)
+                assert (r["engine"], r["complete"], r["succeeded"]) == (engine, form, 130)
+                assert r["retries"] >= 0 and r["jobs_per_s"] > 0
+            # every run's jobs were completed, then pruned: nothing ready, running or kept
+            assert [(s.ready, s.running, s.succeeded, s.dead) for s in queue.stats()
+                    if s.queue.startswith("bench-raw-")] in ([], [(0, 0, 0, 0)] * len(forms))
+        finally:
+            bench.drop_tables(queue.backend)
+
+
+def test_raw_throughput_run_names_an_unknown_form(tmp_path: Path) -> None:
+    import portq
+    from portq.errors import ConfigurationError
+    with portq.connect(f"sqlite:///{tmp_path / 'bench.db'}", prefix=bench.BENCH_PREFIX) as q:
+        q.migrate()
+        with pytest.raises(ConfigurationError, match="'complete_claim' on sqlite"):
+            bench.raw_throughput_run(q, 10, 1, 5, "complete_claim")
+
+
+def test_complete_claim_is_fenced_per_job_and_claims_the_next_batch(engine_url: str) -> None:
+    """PostgreSQL's one-statement completion + claim completes exactly the claims that
+    still own their job (a stale generation or another worker's claim is not written) and
+    claims the next jobs in the same statement."""
+    import portq
+    if parse_url(engine_url).engine != "postgres":
+        pytest.skip("complete_claim is PostgreSQL's statement")
+    with portq.connect(engine_url, prefix=bench.BENCH_PREFIX) as queue:
+        bench.drop_tables(queue.backend)
+        queue.migrate()
+        try:
+            queue.enqueue_many([{"queue": "cc", "payload": {"n": i}} for i in range(5)])
+            first = queue.claim("cc", "w1", limit=3)
+            claims: list[dict[str, object]] = [
+                {"job_id": j.id, "generation": j.attempt, "worker_id": "w1"} for j in first]
+            claims[1]["generation"] = first[1].attempt + 1  # stale: not this generation
+            claims[2]["worker_id"] = "w2"  # another worker's claim
+            backend = queue.backend
+            conn = backend.connect()
+            try:
+                cur = conn.cursor()
+                backend.begin(conn, True)
+                rows = backend.execute(cur, "complete_claim", {
+                    "claims": json.dumps(claims), "queue": "cc", "worker_id": "w1",
+                    "limit": 10, "lease_ms": 60_000}).fetchall()
+                conn.commit()
+            finally:
+                conn.close()
+            done = {(r[1], r[5]) for r in rows if r[0] == "done"}
+            claimed = sorted(r[1] for r in rows if r[0] == "claimed")
+            assert done == {(first[0].id, first[0].attempt)}
+            assert claimed == sorted(set(range(first[0].id, first[0].id + 5)) -
+                                     {j.id for j in first})
+            records = [queue.job(j.id) for j in first]
+            assert [r.state if r else None for r in records] == [
+                "succeeded", "running", "running"]
+        finally:
+            bench.drop_tables(queue.backend)

@@ -11,7 +11,9 @@ from portq.sql import bind, dialects_dir, load_migrations, load_queries, validat
 
 ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
 # engine-specific extras
-OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk"}
+#: statements an engine may lack: the protocol works without them (complete_claim: the
+#: one-statement completion + claim of the raw benchmark loop, PostgreSQL only)
+OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "complete_claim"}
 
 
 def _available() -> list[str]:
