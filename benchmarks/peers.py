@@ -22,6 +22,13 @@ Configurations, as each library documents its worker for throughput:
   with one queue of concurrency N, the rest at its defaults; timed until every job is
   completed (it keeps finished rows).
 - chancy (benchmarks/.venv-peers312 too): see ``chancy_run``.
+
+``--pickup``: enqueue-commit to handler-start latency of an idle worker, measured as
+``portq.bench.pickup`` measures portq's (one worker with 4 slots at the peer's defaults,
+LISTEN/NOTIFY included; a quiet spell; ``--pickup-jobs`` single jobs ``--pickup-gap-ms``
+apart, each enqueued in its own transaction; then a few more, each after a quiet spell),
+for procrastinate and pgqueuer; one JSON list of ``{"peer", "version", "p50_ms",
+"p99_ms", "max_ms", "after_quiet_ms", ...}``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import asyncio
 import importlib.metadata
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -232,6 +240,109 @@ async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     return _result("chancy", workers, jobs, done, elapsed, enqueue_s)
 
 
+class Pickup:
+    """The enqueue-commit and handler-start times of a pickup run, by job number."""
+
+    def __init__(self, jobs: int, gap_s: float, quiet_s: float, after_quiet: int) -> None:
+        self.jobs, self.gap_s, self.quiet_s, self.after_quiet = jobs, gap_s, quiet_s, after_quiet
+        self.committed: dict[int, float] = {}
+        self.started: dict[int, float] = {}
+
+    def start(self, n: int) -> None:
+        """The handler of job ``n`` started (call first thing in the handler)."""
+        self.started[n] = time.perf_counter()
+
+    async def drive(self, enqueue: Callable[[int], Coroutine[Any, Any, Any]]) -> None:
+        """Quiet spell, the steady jobs ``gap_s`` apart, the jobs after quiet spells; then
+        wait (60 s at most) until every one has started."""
+        await asyncio.sleep(self.quiet_s)
+        for n in range(self.jobs + self.after_quiet):
+            if n >= self.jobs:
+                await asyncio.sleep(self.quiet_s)
+            await enqueue(n)
+            self.committed[n] = time.perf_counter()
+            await asyncio.sleep(self.gap_s if n < self.jobs else 0)
+        deadline = time.perf_counter() + 60
+        while len(self.started) < len(self.committed) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.01)
+
+    def result(self, peer: str, configuration: str) -> dict[str, Any]:
+        steady = sorted((self.started[n] - self.committed[n]) * 1000
+                        for n in range(self.jobs) if n in self.started)
+        after = [(self.started[n] - self.committed[n]) * 1000
+                 for n in range(self.jobs, self.jobs + self.after_quiet) if n in self.started]
+
+        def pct(q: float) -> float | None:
+            """Nearest rank, as ``portq.bench.percentile``."""
+            if not steady:
+                return None
+            return round(steady[max(0, min(len(steady) - 1,
+                                           math.ceil(q / 100 * len(steady)) - 1))], 2)
+        return {"peer": peer, "version": importlib.metadata.version(peer), "pickup": True,
+                "configuration": configuration, "jobs": self.jobs,
+                "gap_ms": self.gap_s * 1000, "started": len(self.started),
+                "p50_ms": pct(50), "p99_ms": pct(99),
+                "max_ms": round(steady[-1], 2) if steady else None,
+                "after_quiet_ms": [round(x, 1) for x in after]}
+
+
+async def procrastinate_pickup(url: str, pickup: Pickup) -> dict[str, Any]:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(
+        conninfo=libpq_url(url, "procrastinate")))
+
+    @app.task(name="mark", queue="pickup")
+    async def mark(n: int) -> None:
+        pickup.start(n)
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        worker = asyncio.create_task(app.run_worker_async(
+            queues=["pickup"], concurrency=4, install_signal_handlers=False))
+        try:
+            await pickup.drive(lambda n: mark.defer_async(n=n))
+        finally:
+            worker.cancel()
+            await asyncio.wait([worker], timeout=15)
+    return pickup.result("procrastinate", "one worker, concurrency 4, its defaults "
+                         "(LISTEN/NOTIFY on, 5 s polling behind it)")
+
+
+async def pgqueuer_pickup(url: str, pickup: Pickup) -> dict[str, Any]:
+    import asyncpg
+    from pgqueuer import Queries, QueueManager
+    from pgqueuer.db import AsyncpgDriver
+
+    settings = {"search_path": peer_schema("pgqueuer")}
+    setup = await asyncpg.connect(url, server_settings=settings)
+    queries = Queries(AsyncpgDriver(setup))
+    await queries.install()
+    conn = await asyncpg.connect(url, server_settings=settings)
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+    @qm.entrypoint("mark")
+    async def mark(job: Any) -> None:
+        pickup.start(int(job.payload))
+
+    worker = asyncio.create_task(qm.run())
+    try:
+        await pickup.drive(lambda n: queries.enqueue("mark", str(n).encode()))
+    finally:
+        qm.shutdown.set()
+        await asyncio.wait([worker], timeout=15)
+        for c in (conn, setup):
+            await c.close()
+    if worker.done() and worker.exception():
+        raise RuntimeError(f"pgqueuer's QueueManager stopped: {worker.exception()}")
+    return pickup.result("pgqueuer", "one QueueManager at its defaults (LISTEN/NOTIFY, "
+                         "batch 10, dequeue_timeout 30 s, no task limit)")
+
+
+PICKUPS: dict[str, Callable[[str, Pickup], Coroutine[Any, Any, dict[str, Any]]]] = {
+    "procrastinate": procrastinate_pickup, "pgqueuer": pgqueuer_pickup}
+
+
 def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
             enqueue_s: float) -> dict[str, Any]:
     return {"peer": peer, "version": importlib.metadata.version(peer), "workers": workers,
@@ -252,9 +363,28 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--workers", default="1,2,4,8")
     parser.add_argument("--peer", action="append", choices=sorted(PEERS))
+    parser.add_argument("--pickup", action="store_true",
+                        help="measure pickup latency (procrastinate, pgqueuer) instead")
+    parser.add_argument("--pickup-jobs", type=int, default=200)
+    parser.add_argument("--pickup-gap-ms", type=float, default=20.0)
+    parser.add_argument("--pickup-quiet-s", type=float, default=3.0)
+    parser.add_argument("--pickup-after-quiet", type=int, default=3)
     args = parser.parse_args()
     url = args.url
     results = []
+    if args.pickup:
+        for peer in args.peer or sorted(PICKUPS):
+            try:
+                recreate_schema(url, peer)
+                run = Pickup(args.pickup_jobs, args.pickup_gap_ms / 1000, args.pickup_quiet_s,
+                             args.pickup_after_quiet)
+                results.append(asyncio.run(PICKUPS[peer](url, run)))
+            except Exception as exc:  # noqa: BLE001 - report the peer as not run, go on
+                results.append({"peer": peer, "pickup": True,
+                                "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{peer} pickup: {results[-1]}", file=sys.stderr)
+        print(json.dumps(results))
+        return 0
     for peer in args.peer or ["pgqueuer", "procrastinate"]:
         for workers in (int(w) for w in args.workers.split(",")):
             try:

@@ -15,10 +15,15 @@ them (``sections``) so the next runner knows what a full run costs.
   against the empty one;
 * worker processes: 1-16 OS processes, each one sync Worker with its defaults, with the
   CPU of the workers and of the database server sampled meanwhile;
-* a raw-SQL ceiling on PostgreSQL: portq's own claim and complete statements driven by a
-  minimal psycopg loop (one thread and connection per worker, no pool, no Worker), in two
-  forms: one commit per completed job (`complete`), and one statement and commit for each
-  claimed batch (`complete_many`, what portq's worker writes);
+* a raw-SQL ceiling on every engine (`portq.bench.raw_throughput_run`): portq's own claim
+  and complete statements driven by a minimal loop (one thread and DB-API connection per
+  worker, no pool, no Worker), in up to three forms: one commit per completed job
+  (`complete`), one statement and commit for each claimed batch (`complete_many`, what
+  portq's worker writes), and on PostgreSQL the batch's completion and the next claim in
+  one statement (`complete_claim`);
+* rounds at 4 workers: on PostgreSQL every contender (raw loops, both portq workers, the
+  peers) once per round; on SQLite and MariaDB the raw `complete_many` loop and the Worker
+  once per round; the targets come from those rounds' medians;
 * procrastinate, pgqueuer, oban and chancy on the same PostgreSQL, installed only into
   benchmarks/.venv-peers by this script (never portq dependencies), each in a schema of
   its own of the benchmark database, bulk-enqueued and then VACUUM ANALYZEd exactly as
@@ -36,17 +41,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 import portq
 from portq import bench
-from portq.sql import bind
+from portq.backends.sqlite import DATA_VERSION_POLL_S
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "benchmarks" / ".venv-peers"
@@ -57,7 +58,6 @@ DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "benchmarks"
 PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-RAW_COMPLETES = ("complete", "complete_many")
 # (ratio key, floor, target as the report states it, short name, cell format)
 TARGETS = (("worker_vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers",
             "pgqueuer", "{}x"),
@@ -66,16 +66,34 @@ TARGETS = (("worker_vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers
            ("worker_vs_raw", 0.85, "portq worker >= 85% of the raw `complete_many` ceiling "
             "at 4 workers", "raw-ceiling", "{:.0%}"),
            ("async_vs_worker", 0.9, "AsyncWorker within 10% of the sync Worker (>= 90%) at "
-            "4 workers", "AsyncWorker", "{:.0%}"))
+            "4 workers", "AsyncWorker", "{:.0%}"),
+           ("worker_vs_raw_mysql", 0.85, "MariaDB: portq worker >= 85% of its raw "
+            "`complete_many` ceiling at 4 workers", "MariaDB raw-ceiling", "{:.0%}"),
+           ("worker_vs_raw_sqlite", 0.85, "SQLite: portq worker >= 85% of its raw "
+            "`complete_many` ceiling at 4 workers", "SQLite raw-ceiling", "{:.0%}"),
+           ("bulk_enqueue_mysql", 20_000, "MariaDB bulk enqueue >= 20,000 jobs/s",
+            "MariaDB bulk-enqueue", "{:,.0f} jobs/s"))
+#: pickup targets: (engine, most p99 ms, target as the report states it, short name)
+PICKUP_TARGETS = (("postgres", 10, "PostgreSQL pickup p99 <= 10 ms (LISTEN/NOTIFY)",
+                   "PostgreSQL pickup"),
+                  ("sqlite", 10, "SQLite pickup p99 <= 10 ms (PRAGMA data_version)",
+                   "SQLite pickup"),
+                  ("mysql", 250, "MariaDB pickup p99 <= 250 ms (polling, its default "
+                   "idle_max)", "MariaDB pickup"))
+#: the contenders of the SQLite and MariaDB rounds, in the order they run in each
+ENGINE_ROUNDS = ("raw complete_many", "portq worker")
 #: the contenders of every head-to-head round, in the order they run in it
-HEAD_TO_HEAD = ("raw complete", "raw complete_many", "portq worker", "portq async",
+HEAD_TO_HEAD = ("raw complete", "raw complete_many", "raw complete_claim", "portq worker",
+                "portq async",
                 "pgqueuer", "procrastinate", "oban", "chancy")
 #: how each contender runs (the doc states it beside the head-to-head table)
 CONFIGS = {
     "raw complete": "portq's claim SQL (batch 20) and its one-job `complete` in a bare "
-                    "psycopg loop, 4 threads with a connection each, a commit per job",
+                    "loop, 4 threads with a DB-API connection each, a commit per job",
     "raw complete_many": "the same loop, one `complete_many` statement and commit per "
                          "claimed batch (what the Worker writes)",
+    "raw complete_claim": "the same loop, each batch's completion and the next claim in "
+                          "one statement and commit (`complete_claim`, PostgreSQL only)",
     "portq worker": "one sync `portq.Worker`, concurrency 4, batch 20, no tuning options "
                     "(it sizes look-ahead, completion batches and claim loops itself)",
     "portq async": "one `portq.aio.AsyncWorker`, concurrency 4, batch 20, async no-op "
@@ -91,7 +109,7 @@ GROWTH_ROWS, GROWTH_READY = bench.GROWTH_ROWS, bench.GROWTH_READY
 PROCESSES = "1,2,4,8,16"
 #: seconds of wall time per unit, from validation runs on the 2-core machine (rough)
 ESTIMATE = {"sweep_job": 0.0012, "h2h_job": 0.0009, "peers_job": 0.004,
-            "fill_row": 8e-6, "process_run": 6.0}
+            "fill_row": 8e-6, "process_run": 6.0, "pickup_run": 20.0}
 PEERS = ("pgqueuer", "procrastinate", "oban", "chancy")
 #: oban-py needs Python 3.12+: a venv of its own (chancy runs there too), made with the
 #: interpreter at PORTQ_PY312 (default: pyenv's 3.12 where it exists)
@@ -130,16 +148,18 @@ def estimate(args: argparse.Namespace) -> float:
     workers = len(args.workers.split(","))
     pg = "postgres" in args.engines
     seconds = engines * args.jobs * workers * 4 * ESTIMATE["sweep_job"]  # 2 batches x 2 modes
-    seconds += pg * args.jobs * workers * 2 * ESTIMATE["sweep_job"]  # raw loops
+    seconds += engines * args.jobs * workers * 3 * ESTIMATE["sweep_job"]  # raw loops
+    seconds += (engines - pg) * args.rounds * args.jobs * 2 * ESTIMATE["h2h_job"]
     if not args.skip_peers:
         seconds += pg * args.jobs * workers * 4 * ESTIMATE["peers_job"]
-    seconds += pg * args.rounds * args.jobs * (4 + 4 * (not args.skip_peers)) * \
+    seconds += pg * args.rounds * args.jobs * (5 + 4 * (not args.skip_peers)) * \
         ESTIMATE["h2h_job"]
     if args.growth:
         seconds += engines * (args.growth_rows * ESTIMATE["fill_row"] +
                               2 * args.jobs * ESTIMATE["sweep_job"])
     seconds += engines * len(process_counts(args)) * ESTIMATE["process_run"]
-    return seconds
+    seconds += args.pickup * (engines + 2 * pg * (not args.skip_peers)) * ESTIMATE["pickup_run"]
+    return float(seconds)
 
 
 def process_counts(args: argparse.Namespace) -> list[int]:
@@ -181,54 +201,30 @@ def python_for(peer: str, python: Path) -> Path | None:
     return peers312_python() if peer in ("oban", "chancy") else python
 
 
-def raw_ceiling(url: str, jobs: int, workers: int, batch: int,
-                complete: str = "complete") -> dict[str, Any]:
-    """portq's claim and complete SQL in a bare psycopg loop: the cost of the SQL alone.
-    ``complete`` is ``complete`` (one statement and commit per job) or ``complete_many``
-    (one statement and commit per claimed batch)."""
+def raw_runs(url: str, jobs: int, workers: list[int],
+             completes: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """`portq.bench.raw_throughput_run` at each worker count, in each completion form the
+    engine has (or those of ``completes``), batch 20."""
     with portq.connect(url, prefix=bench.BENCH_PREFIX) as queue:
-        backend = queue.backend
         queue.migrate()
-        bench.settle(backend)
-        name = f"bench-raw-{uuid.uuid4().hex[:8]}"
-        bench.bulk_enqueue(queue, name, jobs)
-        claim_sql, complete_sql = backend.queries["claim"], backend.queries[complete]
-        kwargs = backend.connect_kwargs()  # type: ignore[attr-defined]
-        done = [0] * workers
+        forms = [c for c in bench.raw_completes(queue.backend)
+                 if completes is None or c in completes]
+        return [bench.raw_throughput_run(queue, jobs, w, 20, complete)
+                for complete in forms for w in workers]
 
-        def loop(slot: int) -> None:
-            worker_id = f"raw-{slot}"
-            with psycopg.connect(autocommit=False, **kwargs) as conn:
-                while True:
-                    claim = bind(claim_sql, {**bench.claim_params(name, batch),
-                                             "worker_id": worker_id}, "pyformat")
-                    rows = conn.execute(claim.sql, claim.params).fetchall()
-                    conn.commit()
-                    if not rows:
-                        return
-                    guards = [{"job_id": row[0], "generation": row[4],
-                               "worker_id": worker_id} for row in rows]
-                    if complete == "complete_many":
-                        many = bind(complete_sql, {"claims": json.dumps(guards)}, "pyformat")
-                        done[slot] += len(conn.execute(many.sql, many.params).fetchall())
-                        conn.commit()
-                        continue
-                    for guard in guards:
-                        one = bind(complete_sql, guard, "pyformat")
-                        done[slot] += conn.execute(one.sql, one.params).rowcount
-                        conn.commit()
 
-        threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
-        started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - started
-        queue.prune(0, limit=jobs + 1, queue=name)
-    return {"engine": "postgres", "complete": complete, "workers": workers, "batch": batch,
-            "jobs": jobs, "succeeded": sum(done), "seconds": round(elapsed, 4),
-            "jobs_per_s": round(sum(done) / elapsed, 1)}
+def engine_rounds(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
+    """The raw `complete_many` loop and the Worker at 4 workers, one after the other in
+    each of ``rounds`` rounds: jobs/s per round (the SQLite and MariaDB targets)."""
+    runs: dict[str, list[float]] = {name: [] for name in ENGINE_ROUNDS}
+    with portq.connect(url, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
+        queue.migrate()
+        for n in range(rounds):
+            log(f"{queue.backend.engine} rounds, round {n + 1} of {rounds}")
+            runs["raw complete_many"].append(bench.raw_throughput_run(
+                queue, jobs, 4, 20, "complete_many")["jobs_per_s"])
+            runs["portq worker"].append(bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
+    return runs
 
 
 def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str, Any]]:
@@ -254,9 +250,9 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
         try:
             for n in range(rounds):
                 log(f"head to head, round {n + 1} of {rounds}")
-                for complete in RAW_COMPLETES:
-                    runs[f"raw {complete}"].append(
-                        raw_ceiling(PG_URL, jobs, 4, 20, complete)["jobs_per_s"])
+                for complete in bench.raw_completes(queue.backend):
+                    runs[f"raw {complete}"].append(bench.raw_throughput_run(
+                        queue, jobs, 4, 20, complete)["jobs_per_s"])
                 runs["portq worker"].append(
                     bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
                 runs["portq async"].append(
@@ -275,6 +271,70 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
     return runs
 
 
+def pickup_runs(engines: list[str], urls: dict[str, str],
+                python: Path | None) -> list[dict[str, Any]]:
+    """`portq.bench.pickup` on each engine, then procrastinate's and pgqueuer's pickup on
+    PostgreSQL (benchmarks/peers.py --pickup) where the peers run."""
+    rows: list[dict[str, Any]] = []
+    for engine in engines:
+        try:
+            with portq.connect(urls[engine], prefix=bench.BENCH_PREFIX) as queue:
+                queue.migrate()
+                rows.append(bench.pickup(queue))
+        except Exception as exc:  # noqa: BLE001 - report it as not run, go on
+            rows.append({"engine": engine, "error": f"{type(exc).__name__}: {exc}"})
+        log(f"pickup on {engine}: {rows[-1]}")
+    if python is not None and "postgres" in engines:
+        proc = subprocess.run(
+            [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL, "--pickup",
+             "--pickup-jobs", str(bench.PICKUP_JOBS),
+             "--pickup-gap-ms", str(bench.PICKUP_GAP_S * 1000),
+             "--pickup-quiet-s", str(bench.PICKUP_QUIET_S),
+             "--pickup-after-quiet", str(bench.PICKUP_AFTER_QUIET)],
+            capture_output=True, text=True, timeout=600)
+        if proc.returncode == 0:
+            rows += json.loads(proc.stdout.strip().splitlines()[-1])
+        else:
+            rows.append({"peer": "peers", "error": proc.stderr[-1000:]})
+    return rows
+
+
+def pickup_section(res: dict[str, Any]) -> list[str]:
+    """The pickup table: enqueue-commit to handler-start per engine and peer."""
+    rows = res.get("pickup") or []
+    if not rows:
+        return []
+    lines = ["", "## Pickup latency", "",
+             f"An idle worker with 4 handler threads (slots) and its defaults; after a "
+             f"{bench.PICKUP_QUIET_S:g} s quiet spell, {bench.PICKUP_JOBS} single jobs "
+             f"{bench.PICKUP_GAP_S * 1000:g} ms apart, each enqueued in a transaction of "
+             f"its own; then {bench.PICKUP_AFTER_QUIET} more, each after another "
+             f"{bench.PICKUP_QUIET_S:g} s quiet spell. Latency is enqueue-commit to "
+             "handler-start in the same process (`portq.bench.pickup`; the peers: "
+             "benchmarks/peers.py --pickup). Idle cost: the claims per second an idle portq "
+             "worker sends (PostgreSQL and SQLite wait on their listener and claim only "
+             "when woken or after `idle_max`; MariaDB polls, backing off to its "
+             "`idle_max`, 250 ms by default, `--idle-max` sets it). Beside those claims, "
+             "PostgreSQL's listener costs one idle LISTEN connection and no queries; "
+             "SQLite's reads `PRAGMA data_version` every "
+             f"{DATA_VERSION_POLL_S * 1000:g} ms on a connection of its own "
+             f"({1 / DATA_VERSION_POLL_S:,.0f} reads/s of a counter, no table read).", "",
+             "| system | wakes by | p50 ms | p99 ms | max ms | after a quiet spell, ms "
+             "| idle claims/s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        name = f"portq {r['engine']}" if "engine" in r else f"{r['peer']} postgres"
+        if "error" in r:
+            lines.append(f"| {name} | not run: {r['error'][:200]} | - | - | - | - | - |")
+            continue
+        wakes = r.get("configuration") or (
+            f"{r['listener']}, idle_max {r['idle_max_s']:g} s" if r.get("listener")
+            else f"polling, idle_max {r['idle_max_s']:g} s")
+        lines.append(f"| {name} | {wakes} | {r['p50_ms']} | {r['p99_ms']} | {r['max_ms']} | "
+                     f"{', '.join(f'{x:g}' for x in r['after_quiet_ms'])} | "
+                     f"{r.get('idle_claims_per_s', '-')} |")
+    return lines
+
+
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
     engines = args.engines.split(",")
     urls = {"sqlite": f"sqlite:///{tempfile.mkdtemp(prefix='portq-bench-')}/bench.db",
@@ -282,6 +342,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     workers = [int(w) for w in args.workers.split(",")]
     out: dict[str, Any] = {"machine": bench.machine(), "jobs": args.jobs, "workers": workers,
                            "engines": {}, "raw": [], "peers": [], "growth": {},
+                           "engine_rounds": {},
                            "processes": {}, "notes": [], "loadavg_start": os.getloadavg()}
     section = Sections()
     log(f"estimated wall time of this run: ~{estimate(args) / 60:.0f} min")
@@ -293,10 +354,21 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - report the engine as not run, go on
                 out["notes"].append(f"portq on {engine} not run: {type(exc).__name__}: {exc}")
                 log(out["notes"][-1])
-    if "postgres" in engines:
-        with section("raw-SQL ceiling on postgres"):
-            out["raw"] = [raw_ceiling(PG_URL, args.jobs, w, 20, complete)
-                          for complete in RAW_COMPLETES for w in workers]
+    for engine in engines:
+        with section(f"raw-SQL ceiling on {engine}"):
+            try:
+                out["raw"] += raw_runs(urls[engine], args.jobs, workers)
+            except Exception as exc:  # noqa: BLE001 - report it as not run, go on
+                out["notes"].append(f"raw SQL on {engine} not run: {type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
+    for engine in [e for e in engines if e != "postgres"] if args.rounds else ():
+        with section(f"rounds on {engine}"):
+            try:
+                out["engine_rounds"][engine] = engine_rounds(urls[engine], args.jobs,
+                                                             args.rounds)
+            except Exception as exc:  # noqa: BLE001 - report it as not run, go on
+                out["notes"].append(f"rounds on {engine} not run: {type(exc).__name__}: {exc}")
+                log(out["notes"][-1])
     python = None
     if not args.skip_peers:
         with section("peers on postgres"):
@@ -313,6 +385,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if "postgres" in engines and args.rounds:
         with section("head to head"):
             out["head_to_head"] = head_to_head(args.jobs, args.rounds, python)
+    if args.pickup:
+        with section("pickup latency"):
+            out["pickup"] = pickup_runs(engines, urls, python)
     for engine in engines if args.growth else ():
         with section(f"growth on {engine}"):
             try:
@@ -362,10 +437,11 @@ def throughput_series(res: dict[str, Any]) -> list[dict[str, Any]]:
                               key=lambda mb: (mb[0], mb[1] or 0)):
             out.append({"kind": "portq", "engine": engine, "mode": mode, "batch": b,
                         "jobs_per_s": [rate(tp, w, b, mode=mode) for w in ws]})
-    for complete in RAW_COMPLETES:
-        if any(r["complete"] == complete for r in res["raw"]):
-            out.append({"kind": "raw", "engine": "postgres", "mode": complete, "batch": 20,
-                        "jobs_per_s": [rate(res["raw"], w, complete=complete) for w in ws]})
+    for engine, complete in sorted({(r.get("engine", "postgres"), r["complete"])
+                                    for r in res["raw"]}):
+        rows = [r for r in res["raw"] if r.get("engine", "postgres") == engine]
+        out.append({"kind": "raw", "engine": engine, "mode": complete, "batch": 20,
+                    "jobs_per_s": [rate(rows, w, complete=complete) for w in ws]})
     for peer in sorted({p["peer"] for p in res["peers"]}):
         rows = [p for p in res["peers"] if p["peer"] == peer]
         out.append({"kind": "peer", "engine": "postgres", "mode": peer, "batch": None,
@@ -373,10 +449,17 @@ def throughput_series(res: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def medians(res: dict[str, Any]) -> dict[str, float]:
-    """Each head-to-head contender's median jobs/s."""
-    return {name: statistics.median(runs) for name, runs in res.get("head_to_head", {}).items()
-            if runs}
+def medians(res: dict[str, Any], engine: str = "postgres") -> dict[str, float]:
+    """Each contender's median jobs/s in ``engine``'s rounds (PostgreSQL: head to head)."""
+    rounds = res.get("head_to_head", {}) if engine == "postgres" else \
+        res.get("engine_rounds", {}).get(engine, {})
+    return {name: statistics.median(runs) for name, runs in rounds.items() if runs}
+
+
+def bulk_rate(res: dict[str, Any], engine: str) -> float | None:
+    """``engine``'s bulk-enqueue jobs/s in the sweep."""
+    rows = res["engines"].get(engine, {}).get("enqueue", [])
+    return next((r["jobs_per_s"] for r in rows if r["mode"].startswith("bulk")), None)
 
 
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
@@ -397,11 +480,23 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
         mine_async = rate(tp, 4, 20, mode="async")
         peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
                  if p.get("workers") == 4 and "jobs_per_s" in p}
-    bulk = next((r["jobs_per_s"] for r in pg.get("enqueue", []) if r["mode"].startswith("bulk")),
-                None)
     out: dict[str, Any] = {"portq_4_workers": mine, "portq_async_4_workers": mine_async,
-                           "bulk_enqueue": bulk,
+                           "bulk_enqueue": bulk_rate(res, "postgres"),
+                           "bulk_enqueue_mysql": bulk_rate(res, "mysql"),
                            "from": "head-to-head medians" if h2h else "sweeps"}
+    if h2h.get("raw complete_claim") and ceiling:
+        out["complete_claim_vs_complete_many"] = round(h2h["raw complete_claim"] / ceiling, 2)
+    for row in res.get("pickup", []):
+        if "engine" in row and row.get("p99_ms") is not None:
+            out[f"pickup_p99_{row['engine']}"] = row["p99_ms"]
+    for engine in ("sqlite", "mysql"):
+        rounds = medians(res, engine)
+        theirs = rounds.get("portq worker") or rate(
+            res["engines"].get(engine, {}).get("throughput", []), 4, 20, mode="worker")
+        raw = rounds.get("raw complete_many") or rate(
+            [r for r in res["raw"] if r.get("engine") == engine], 4, complete="complete_many")
+        if theirs and raw:
+            out[f"worker_vs_raw_{engine}"] = round(theirs / raw, 2)
     if mine:
         for peer, theirs in peers.items():
             out[f"worker_vs_{peer}"] = round(mine / theirs, 2)
@@ -414,11 +509,16 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
 
 def verdict(r: dict[str, Any]) -> str:
     """One sentence: which targets this run's ratios met and missed."""
-    met, missed = [], []
+    met: list[str] = []
+    missed: list[str] = []
     for key, floor, _, name, _ in TARGETS:
         value = r.get(key)
         if value is not None:
             (met if value >= floor else missed).append(name)
+    for engine, most, _, name in PICKUP_TARGETS:
+        value = r.get(f"pickup_p99_{engine}")
+        if value is not None:
+            (met if value <= most else missed).append(name)
 
     def listed(names: list[str]) -> str:
         return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
@@ -499,19 +599,29 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
     for note in res["notes"]:
         lines.append(f"- not run: {note}")
     r = ratios(res)
-    lines += ["## Targets (PostgreSQL, this run)", "",
+    lines += ["## Targets (this run)", "",
               "The Worker has one mode: no tuning options (it sizes its look-ahead, "
               "completion batches and claim loops itself; docs/operations.md#worker). Its "
-              "raw ceiling is portq's claim and `complete_many` SQL in a bare psycopg loop. "
+              "raw ceiling on each engine is portq's claim and `complete_many` SQL in a bare "
+              "loop (`portq.bench.raw_throughput_run`). "
               f"Every ratio below comes from this run's {r['from']}"
-              + (": every contender ran in every round." if r["from"].startswith("head")
-                 else " (this run had no head-to-head rounds).") + " " + verdict(r), "",
+              + (" and the SQLite and MariaDB rounds: every contender ran in every round."
+                 if r["from"].startswith("head")
+                 else " (this run had no rounds).") + " " + verdict(r), "",
               "| target | this run |", "|---|---|"]
     for key, _, target, _, fmt in TARGETS:
         value = r.get(key)
         lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} |")
+    for engine, _, target, _ in PICKUP_TARGETS:
+        value = r.get(f"pickup_p99_{engine}")
+        lines.append(f"| {target} | {f'{value:g} ms' if value is not None else '-'} |")
     if r.get("bulk_enqueue"):
-        lines.append(f"| bulk enqueue >= 20,000 jobs/s | {r['bulk_enqueue']:,.0f} jobs/s |")
+        lines.append(f"| PostgreSQL bulk enqueue (no target) | {r['bulk_enqueue']:,.0f} "
+                     "jobs/s |")
+    if r.get("complete_claim_vs_complete_many"):
+        lines.append("| PostgreSQL raw `complete_claim` / raw `complete_many` (no target: "
+                     "the ceiling raised by one round trip per batch) | "
+                     f"{r['complete_claim_vs_complete_many']:.0%} |")
     lines.append("")
     h2h = res.get("head_to_head", {})
     if h2h:
@@ -526,6 +636,17 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         for name, med in medians(res).items():
             lines.append(f"| {name} | {CONFIGS.get(name, '-')} | {med:,.0f} | "
                          f"{', '.join(f'{x:,.0f}' for x in h2h[name])} |")
+        lines.append("")
+    for engine, rounds_of in res.get("engine_rounds", {}).items():
+        count = max((len(v) for v in rounds_of.values()), default=0)
+        lines += [f"### Rounds: 4 workers, {engine}", "",
+                  f"{res['jobs']:,} no-op jobs per run, {count} round{'s' * (count > 1)}, the "
+                  "raw loop and the Worker one after the other in each, configured as in the "
+                  "head-to-head table.", "",
+                  "| contender | median jobs/s | each round |", "|---|---|---|"]
+        for name, med in medians(res, engine).items():
+            lines.append(f"| {name} | {med:,.0f} | "
+                         f"{', '.join(f'{x:,.0f}' for x in rounds_of[name])} |")
         lines.append("")
 
     lines += ["## Claim latency vs table size", "",
@@ -557,15 +678,16 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               "portq `async` = one `portq.aio.AsyncWorker` with concurrency N and an async "
               "no-op handler and claim batch B, no other option; "
               "raw = portq's claim (batch 20) and complete SQL "
-              "in a bare psycopg loop, N threads, committing each completion (`complete`) or "
-              "each batch's (`complete_many`); peers as in the head-to-head configurations, "
-              "with N in place of 4.", "",
+              "in a bare loop, N threads with a DB-API connection each, committing each "
+              "completion (`complete`), each batch's (`complete_many`), or each batch's with "
+              "the next claim in one statement (`complete_claim`, PostgreSQL); peers as in "
+              "the head-to-head configurations, with N in place of 4.", "",
               "| system | mode | batch | " +
               " | ".join(f"{w} workers" for w in res["workers"]) + " |",
               "|---|---|---|" + "---|" * len(res["workers"])]
     for line in throughput_series(res):
         label, mode = {"portq": (f"portq {line['engine']}", line["mode"]),
-                       "raw": ("raw SQL postgres", f"`{line['mode']}`"),
+                       "raw": (f"raw SQL {line['engine']}", f"`{line['mode']}`"),
                        "peer": (f"{line['mode']} postgres", "its default")}[line["kind"]]
         lines.append(f"| {label} | {mode} | {line['batch'] or '-'} | " +
                      " | ".join(f"{c:,.0f}" if c else "-" for c in line["jobs_per_s"]) + " |")
@@ -578,14 +700,16 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         if p.get("workers") == res["workers"][0] and "enqueue_jobs_per_s" in p:
             lines.append(f"| {p['peer']} | bulk (1000/call) | {p['jobs']:,} | "
                          f"{p['enqueue_jobs_per_s']:,.0f} |")
-    lines += growth_section(res) + processes_section(res)
+    lines += pickup_section(res) + growth_section(res) + processes_section(res)
     lines += ["", "## Plots", ""] + [f"![{Path(i).stem}](benchmarks/{Path(i).name})"
                                       for i in images]
-    raw_share = r.get("worker_vs_raw")
+    def share(key: str) -> str:
+        value = r.get(key)
+        return f"{value:.0%}" if value else "an unmeasured share"
     lines += ["", "## What bounds throughput", "",
-              ANALYSIS.format(verdict=verdict(r),
-                              worker_vs_raw=f"{raw_share:.0%}" if raw_share else "an "
-                              "unmeasured share"), "", ELSEWHERE]
+              ANALYSIS.format(verdict=verdict(r), worker_vs_raw=share("worker_vs_raw"),
+                              sqlite_share=share("worker_vs_raw_sqlite"),
+                              mysql_share=share("worker_vs_raw_mysql")), "", ELSEWHERE]
     DOC.write_text("\n".join(lines), encoding="utf-8")
 
 
@@ -698,12 +822,21 @@ to 4 claim loops while there is a look-ahead. What bounds it is Python CPU per j
 the other contenders' leftovers: with 4 workers it ran at {worker_vs_raw} of the bare
 `complete_many` loop, which does the same SQL with none of the Worker's bookkeeping.
 
-MariaDB's figure is lower because each batch costs more round trips there: its claim is
-three statements (no `UPDATE ... RETURNING`), its `complete_many` two (lock the owned rows
-through JSON_TABLE, then update them), each transaction ending in a COMMIT of its own.
-procrastinate fetches one job per round trip through a stored procedure, which is why it
-is slowest. SQLite is bound by its single writer (every claim and complete takes the
-write lock), so more workers add handler concurrency, not write throughput.
+MariaDB's jobs/s are lower than PostgreSQL's because each batch costs more round trips
+there: its claim is three statements (no `UPDATE ... RETURNING`), its `complete_many` two
+(lock the owned rows through JSON_TABLE, then update them), each transaction ending in a
+COMMIT of its own; the Worker ran at {mysql_share} of that engine's raw loop.
+
+SQLite is bound by its single writer: every claim and every `complete_many` takes the one
+write lock, and a connection that finds it taken sleeps in SQLite's busy handler (1, 2,
+5, 10 ms...) before it looks again. The raw loop's four threads do nothing but SQL while
+they hold the lock; the Worker's claim loops and completion batchers hold it while they
+also need the GIL that its handler threads and dispatch are using, so each write
+transaction holds the lock longer, and the others wait: the Worker ran at {sqlite_share}
+of the raw loop. An in-process lock in front of BEGIN IMMEDIATE (tried in issue 20) moved
+it by no more than run-to-run noise: the wait is the hold time, not the handover. Worker
+processes (below) share the lock the same way; SQLite's write throughput does not grow
+with them.
 """
 
 PLOT = r'''
@@ -734,8 +867,8 @@ for line in res["throughput"]:
                 linestyle="-" if batch > 1 else "-.",
                 label=f"portq {line['engine']} {mode} batch {batch}")
     elif kind == "raw":
-        ax.plot(ws, ys, "k--" if mode == "complete" else "k:", marker="s",
-                label=f"raw SQL (pg, {mode})")
+        ax.plot(ws, ys, {"complete": "--", "complete_many": ":"}.get(mode, "-."),
+                marker="s", label=f"raw SQL {line['engine']} {mode}")
     else:
         ax.plot(ws, ys, linestyle=":", marker="^", label=f"{mode} (pg)")
 ax.set_xlabel("workers"); ax.set_ylabel("jobs/s (claim + complete)"); ax.set_xticks(ws)
@@ -795,6 +928,9 @@ def main() -> int:
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--rounds", type=int, default=5,
                         help="head-to-head rounds at 4 workers on PostgreSQL (0: none)")
+    parser.add_argument("--pickup", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure pickup latency on each engine and of the peers "
+                             "(default: on)")
     parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=True,
                         help="fill each engine's table to --growth-rows and measure claim "
                              "and throughput there (default: on)")
