@@ -1,4 +1,6 @@
-"""SQLite: one writer at a time. Claims take the write lock up front with BEGIN IMMEDIATE.
+"""SQLite: one writer at a time. A one-statement operation (the claim, complete_many,
+renew_many...) runs as its own autocommit write statement; longer write transactions take
+the write lock up front with BEGIN IMMEDIATE.
 
 Connections run with ``isolation_level=None`` so that portq, not the sqlite3 module,
 decides where transactions start. WAL mode lets readers proceed during a claim;
@@ -72,6 +74,14 @@ class SqliteBackend(SqlBackend):
         """A listener that learns of other connections' commits from ``PRAGMA
         data_version`` (no table read); none for ``:memory:`` (one connection only)."""
         return None if self.in_memory else SqliteListener(self)
+
+    #: every ``single=True`` operation here is one statement: it runs without BEGIN/COMMIT
+    #: (SQLite's autocommit takes the write lock, waiting in busy_timeout, for just it)
+    autocommit_single = True
+
+    def set_autocommit(self, conn: Any, on: bool) -> None:
+        """Nothing to switch: connections are opened with ``isolation_level=None``, so a
+        statement outside BEGIN is its own transaction."""
 
     def begin(self, conn: Any, write: bool) -> None:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
