@@ -452,7 +452,9 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     connection of its own (no pool, no Worker, no look-ahead), loop over the backend's own
     claim statement(s) and commit, then its ``complete`` (a commit per job),
     ``complete_many`` (a commit per batch) or ``complete_claim`` (the batch's completion
-    in the next claim's statement), until a claim comes back empty. A transient conflict
+    in the next claim's statement), until a claim comes back empty. Each is sent as the
+    Worker sends it: one autocommit statement where the backend's ``autocommit_single``
+    says so (PostgreSQL, SQLite), else BEGIN, statement(s), COMMIT. A transient conflict
     (busy, deadlock, serialization failure) rolls back and runs the transaction again;
     ``retries`` counts those."""
     backend = queue.backend
@@ -477,9 +479,16 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
         conn = backend.connect()
         cur = conn.cursor()
 
+        # each statement of the loop is its whole transaction: sent as the Worker sends it
+        # (in autocommit where the backend runs one-statement operations so)
+        auto = backend.autocommit_single
+        if auto:
+            backend.set_autocommit(conn, True)
+
         def tx(fn: Callable[[], T]) -> T:
             while True:
-                backend.begin(conn, True)
+                if not auto:
+                    backend.begin(conn, True)
                 try:
                     result = fn()
                     conn.commit()
