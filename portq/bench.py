@@ -390,6 +390,14 @@ def mode_options(mode: str, batch: int, workers: int) -> dict[str, Any]:
     return {}
 
 
+def clear_queue(queue: Queue, name: str, jobs: int) -> None:
+    """Delete a run's finished jobs (up to ``jobs``). ``prune(0)`` deletes rows finished
+    before the database's now; SQLite keeps milliseconds, so a job finished in this
+    millisecond would stay: wait one out first."""
+    time.sleep(0.002)
+    queue.prune(0, limit=jobs, queue=name)
+
+
 def settle(backend: SqlBackend) -> None:
     """Start a run from a clean table: on PostgreSQL, VACUUM the job table (the dead rows of
     the last run would otherwise slow this one wherever autovacuum is off or behind)."""
@@ -426,7 +434,7 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
                 progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
         elapsed = time.perf_counter() - started
         done = worker.counters.succeeded
-        queue.prune(0, limit=jobs + 1, queue=name)
+        clear_queue(queue, name, jobs + 1)
         runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
     rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
@@ -544,7 +552,7 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
-    queue.prune(0, limit=jobs + 1, queue=name)
+    clear_queue(queue, name, jobs + 1)
     if errors:
         raise errors[0]
     return {"engine": backend.engine, "complete": complete, "workers": workers,
@@ -590,7 +598,7 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
                 task.result()
                 elapsed = time.perf_counter() - started
                 done = worker.counters.succeeded
-                queue.prune(0, limit=jobs + 1, queue=name)
+                clear_queue(queue, name, jobs + 1)
                 runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
         finally:
             await aq.close()
@@ -688,7 +696,7 @@ def pickup(queue: Queue, jobs: int = PICKUP_JOBS, gap: float = PICKUP_GAP_S,
     finally:
         worker.stop()
         thread.join(60)
-        queue.prune(0, limit=len(committed) + 1, queue=name)
+        clear_queue(queue, name, len(committed) + 1)
     steady = [(started[i] - committed[i]) * 1000 for i in range(jobs) if i in started]
     after = [(started[i] - committed[i]) * 1000 for i in range(jobs, jobs + after_quiet)
              if i in started]
@@ -889,7 +897,7 @@ def processes_run(url: str, jobs: int, processes: int) -> dict[str, Any]:
                 p.join(30)
                 if p.is_alive():
                     p.terminate()
-            queue.prune(0, limit=jobs + 1, queue=name)
+            clear_queue(queue, name, jobs + 1)
 
 
 def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: Any,
