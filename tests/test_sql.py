@@ -11,9 +11,7 @@ from portq.sql import bind, dialects_dir, load_migrations, load_queries, validat
 
 ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
 # engine-specific extras
-#: statements an engine may lack: the protocol works without them (complete_claim: the
-#: one-statement completion + claim of the raw benchmark loop, PostgreSQL only)
-OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "complete_claim"}
+OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk"}
 
 
 def _available() -> list[str]:
