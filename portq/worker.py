@@ -20,8 +20,11 @@ grows, by Little's law, to cover a few claim round trips of jobs when jobs are s
 that, never to more jobs than the handlers start in a small fraction of the lease; a job
 left unstarted longer than that fraction is given back. Several claim loops (up to
 :data:`AUTO_CLAIMERS`) share the capacity while there is a look-ahead, so that one claim's
-round trip does not bound the worker. ``prefetch``, ``ack_delay`` and ``claimers`` fix
-those sizes by hand; they are deprecated.
+round trip does not bound the worker. Where the database has one write lock whose
+waiters sleep (SQLite), the worker has one claim loop and it writes the completions itself
+between its claims, so that the worker's threads never queue for the lock behind each
+other. ``prefetch``, ``ack_delay`` and ``claimers`` fix those sizes by hand; they are
+deprecated.
 """
 
 from __future__ import annotations
@@ -292,6 +295,11 @@ class Mailbox(Generic[T]):
                     self._fill_to.remove(limit)
             return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
 
+    def take(self, limit: int) -> list[T]:
+        """Up to ``limit`` of the oldest items, without waiting."""
+        with self._nonempty:
+            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
+
     def take_while(self, predicate: Callable[[T], bool]) -> list[T]:
         """The oldest items, for as long as ``predicate`` holds, without waiting."""
         with self._nonempty:
@@ -550,10 +558,15 @@ class Worker:
             warnings.warn(f"Worker {', '.join(fixed)}: deprecated, the worker sizes its "
                           "look-ahead, completion batches and claim loops itself; pass "
                           "only concurrency and lease", DeprecationWarning, stacklevel=2)
-        #: claim loops: fixed, or up to AUTO_CLAIMERS (the others claim only while there
-        #: is a look-ahead, see LookAhead)
+        #: the main claim loop also writes the completions, so that one thread of this
+        #: worker writes at a time (the backend's ``single_writer``: SQLite), unless
+        #: ``claimers`` or ``ack_delay`` is fixed by hand
+        self.single_writer = queue.backend.single_writer and claimers is None and \
+            ack_delay is None
+        #: claim loops: fixed, one for a single writer, or up to AUTO_CLAIMERS (the others
+        #: claim only while there is a look-ahead, see LookAhead)
         self.claimers = positive_int(claimers, "claimers") if claimers is not None else \
-            min(self.concurrency, AUTO_CLAIMERS)
+            1 if self.single_writer else min(self.concurrency, AUTO_CLAIMERS)
         #: False when ``prefetch`` fixes the look-ahead by hand
         self.auto_lookahead = prefetch is None
         self.prefetch = positive_int(prefetch, "prefetch", allow_zero=True) \
@@ -686,6 +699,8 @@ class Worker:
                 elif self.lookahead.size() == 0:
                     self._stopping.wait(0.05)
                     continue
+            written = self._write_completions(self._acks.take(BATCH_LIMIT)) \
+                if self.single_writer else 0
             try:
                 claimed = self._claim_round(pacing)
                 if main and self.maintenance.due():
@@ -698,9 +713,10 @@ class Worker:
                             self.worker_id, type(exc).__name__, exc, delay)
                 self._sleep(delay)
                 continue
-            if claimed:
+            if claimed or written:
                 self._gather_free_slots()
-                if self._free() <= 0:  # woken as soon as a slot frees
+                if self._free() <= 0 and not self._completions_waiting():
+                    # woken as soon as a slot frees (or, for a single writer, a job is done)
                     self._sleep(min(self.idle_max, self.lookahead.max_wait / 2)
                                 if self.auto_lookahead else self.idle_max)
             else:
@@ -750,13 +766,23 @@ class Worker:
         with self._lock:
             return self._busy + len(self._acking) + self._claiming == 0
 
+    def _completions_waiting(self) -> int:
+        """Completions a single writer has still to write (0 for the other workers: their
+        completion batchers write them)."""
+        if not self.single_writer:
+            return 0
+        with self._lock:
+            return len(self._acking)
+
     def _gather_free_slots(self) -> None:
-        """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free, so
-        that short jobs are claimed in batches rather than one claim transaction per
-        finished job. Never more jobs than free slots are claimed."""
+        """Wait briefly (``gather_seconds``, 5 ms) until a whole batch of slots is free (for
+        a single writer: free, or held by completions it will write first), so that short
+        jobs are claimed in batches rather than one claim transaction per finished job.
+        Never more jobs than free slots are claimed."""
         want = max(1, min(self.batch, self._capacity_now()))
         deadline = time.monotonic() + self.gather_seconds
-        while not self._stopping.is_set() and self._free() < want and not self._idle():
+        while not self._stopping.is_set() and \
+                self._free() + self._completions_waiting() < want and not self._idle():
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -827,8 +853,8 @@ class Worker:
             self._claim_threads.append(
                 self._spawn(functools.partial(self._claim_loop, main=False),
                             f"portq-claim-{n}"))
-        self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{n}")
-                             for n in range(min(self.claimers, COMPLETION_BATCHERS))]
+        if not self.single_writer:  # a single writer's claim loop writes them itself
+            self._start_completion_batchers(min(self.claimers, COMPLETION_BATCHERS))
         if self.heartbeat:
             self._spawn(self._heartbeat, "portq-heartbeat")
         if self.listen:
@@ -837,6 +863,9 @@ class Worker:
                 self._spawn(functools.partial(run_listener, listener, self._done, self.wake,
                                               self._cancel_announced, self.worker_id),
                             "portq-listen")
+
+    def _start_completion_batchers(self, n: int) -> None:
+        self._ack_threads = [self._spawn(self._ack_loop, f"portq-acks-{i}") for i in range(n)]
 
     def _spawn(self, target: Callable[[], None], name: str) -> threading.Thread:
         t = threading.Thread(target=target, name=name, daemon=True)
@@ -862,7 +891,9 @@ class Worker:
                     # a slot freed (a job handed to the completion batcher still holds its
                     # slot): wake the claim loops when that makes a first free slot or a batch
                     free = self._free_locked()
-                    wake = not handed_off and free in (1, min(self.batch, self._capacity_now()))
+                    batch = min(self.batch, self._capacity_now())
+                    wake = (not handed_off and free in (1, batch)) or \
+                        (handed_off and self.single_writer and len(self._acking) in (1, batch))
                 if wake:
                     self._wake.set()
         self._handler.close_thread()  # the mailbox closed: this thread's loop goes too
@@ -953,18 +984,26 @@ class Worker:
         first of a batch waiting at most ``ack_delay`` seconds (0: what finished while the
         previous batch committed); once the mailbox is closed, write what is left, stop."""
         while jobs := self._acks.get_batch(BATCH_LIMIT, self.ack_delay):
-            owned = self._start_writing(jobs)  # one lost meanwhile is not reported
-            written = self._write(owned, functools.partial(self.queue.complete_many, owned)
-                                  ) if owned else None
-            with self._lock:
-                for job in jobs:
-                    del self._acking[job.id]
-                    self._forget(job)
-            if written is not None:
-                results, interrupted = written
-                for job, ok in zip(owned, results, strict=True):
-                    self._record(job, "succeeded", ok, interrupted, "", None)
+            self._write_completions(jobs)
             self._wake.set()
+
+    def _write_completions(self, jobs: Sequence[Job]) -> int:
+        """Write handed-over completions in one statement (``Queue.complete_many``),
+        retried through connection trouble; free their slots. How many were handed over."""
+        if not jobs:
+            return 0
+        owned = self._start_writing(jobs)  # one lost meanwhile is not reported
+        written = self._write(owned, functools.partial(self.queue.complete_many, owned)
+                              ) if owned else None
+        with self._lock:
+            for job in jobs:
+                del self._acking[job.id]
+                self._forget(job)
+        if written is not None:
+            results, interrupted = written
+            for job, ok in zip(owned, results, strict=True):
+                self._record(job, "succeeded", ok, interrupted, "", None)
+        return len(jobs)
 
     def _heartbeat(self) -> None:
         while not self._done.wait(self.lease / 3):
@@ -1032,6 +1071,8 @@ class Worker:
         self._wake.set()
         for thread in self._claim_threads:  # their last claims' jobs join the unstarted
             thread.join()
+        if self.single_writer:  # the claim loop that wrote completions has ended
+            self._start_completion_batchers(1)
         self._release(self._unstarted(), "not started")
         deadline = time.monotonic() + self.grace
         while self._running_owned() and time.monotonic() < deadline:

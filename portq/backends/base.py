@@ -124,6 +124,10 @@ class SqlBackend(Backend):
     #: nothing announces new jobs (no :meth:`listener`) polling is what a new job waits
     #: for, so it stays short (at most ~6.7 claims/s per idle worker)
     idle_max_default: ClassVar[float] = POLL_IDLE_MAX
+    #: True where the database has one write lock whose waiters sleep in a busy handler
+    #: (SQLite): a Worker then writes its claims and its completions from one thread, so
+    #: that its own threads never queue for the lock behind each other
+    single_writer: ClassVar[bool] = False
     #: True where cancelling a running job tells its worker at once (the listener's
     #: ``take_cancelled``); elsewhere the worker learns it within one heartbeat
     announces_cancel: ClassVar[bool] = False

@@ -40,6 +40,8 @@ class SqliteBackend(SqlBackend):
     max_retries = 3  # each attempt already waits up to busy_timeout_ms for the lock
     #: the data_version listener wakes idle workers; polling the table stays the fallback
     idle_max_default = 2.0
+    #: one write lock per database, waited for in a sleeping busy handler (1, 2, 5, 10 ms…)
+    single_writer = True
 
     def __init__(self, url: DatabaseURL, *, busy_timeout_ms: int = 5000, **kw: Any) -> None:
         unknown = sorted(set(url.query) - {"busy_timeout_ms"})

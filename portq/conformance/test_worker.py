@@ -354,6 +354,51 @@ def test_many_short_pipelined_jobs_with_a_short_lease_lose_none(
     queue.prune(0, limit=total, queue=qname)
 
 
+def test_default_worker_writes_as_its_engine_wants_and_loses_none(
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+    """No knobs, short jobs, a 0.6 s lease: where the engine has one sleeping write lock
+    (``single_writer``: SQLite) every claim and completion is written by the one claim
+    loop's thread; elsewhere completion batchers write completions beside the claim loops.
+    Either way no job is lost or run twice."""
+    caplog.set_level(logging.WARNING, logger="portq.worker")
+    total = 2000
+    for start in range(0, total, 1000):
+        queue.enqueue_many([{"queue": qname, "payload": i} for i in range(start, start + 1000)])
+    writers: dict[str, set[str]] = {"claim": set(), "complete_many": set()}
+
+    def recorded(name: str) -> Callable[..., Any]:
+        write = getattr(queue, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            writers[name].add(threading.current_thread().name)
+            return write(*args, **kwargs)
+        return wrapper
+
+    worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, lease=0.6,
+                          idle_min=0.01, idle_max=0.05, burst=True)
+    for name in writers:
+        setattr(queue, name, recorded(name))
+    try:
+        worker.run()  # burst: returns once every job is done and written
+    finally:
+        for name in writers:
+            delattr(queue, name)
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
+    assert worker.counters.lost == 0 and lost == [], lost[:3]
+    assert worker.counters.succeeded == counts(queue, qname)["succeeded"] == total
+    assert {r.attempts for r in queue.jobs("succeeded", queue=qname, limit=total)} == {1}
+    assert queue.backend.single_writer == (queue.backend.engine == "sqlite")
+    if queue.backend.single_writer:
+        assert worker.single_writer and worker.claimers == 1
+        assert writers["claim"] == writers["complete_many"] == {
+            threading.current_thread().name}, writers
+    else:
+        assert not worker.single_writer
+        assert writers["complete_many"] and all(
+            t.startswith("portq-acks-") for t in writers["complete_many"]), writers
+    queue.prune(0, limit=total, queue=qname)
+
+
 # ---- crash and shutdown (worker processes) ---------------------------------------------------
 
 def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engine_url: str,
