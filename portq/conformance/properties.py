@@ -122,7 +122,8 @@ PROPERTIES = (
         "test_idle_worker_backs_off_on_an_empty_queue",
         "test_enqueue_reaches_an_idle_worker",
         "test_prefetch_owns_at_most_concurrency_plus_prefetch",
-        "test_deferred_acks_are_batched_and_written_once")),
+        "test_deferred_acks_are_batched_and_written_once",
+        "test_default_worker_writes_as_its_engine_wants_and_loses_none")),
     Property("handlers of either kind (def, async def)", (
         "test_sync_worker_runs_async_handlers_once_on_its_threads_loops",
         "test_async_worker_runs_plain_handlers_once_in_threads",
