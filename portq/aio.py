@@ -73,6 +73,7 @@ from portq.worker import (
     forget,
     mark_writing,
     new_worker_id,
+    queues_drained,
     run_listener,
 )
 
@@ -681,13 +682,8 @@ class AsyncWorker:
 
     async def _drained(self) -> bool:
         """The ``burst`` exit test (as :meth:`portq.Worker._drained`)."""
-        if self.maintenance.reaped_waiting():
-            return False
-        for name in self.queues:
-            for s in await self.queue.stats(name):
-                if (s.ready and not s.paused) or s.running:  # paused: left for later
-                    return False
-        return True
+        return not self.maintenance.reaped_waiting() and await asyncio.to_thread(
+            queues_drained, self.queue.backend, self.queues)
 
     # ---- running jobs -------------------------------------------------------------------
 

@@ -719,10 +719,11 @@ GROWTH_ROWS, GROWTH_READY = 10_000_000, 1_000_000
 
 def growth(url: str, rows: int = GROWTH_ROWS, ready: int = GROWTH_READY, *,
            jobs: int = DEFAULT_JOBS, workers: int = 4, batch: int = 20) -> dict[str, Any]:
-    """Throughput of one Worker on an empty table, then the table filled to ``rows``
-    (``ready`` ready jobs over :data:`QUEUE_COUNT` queues, the rest finished), the claim
-    latency at that size and the same throughput run on the full table (its own queue:
-    the padding is other queues' rows); ``fill_s`` is the fill's time (with ANALYZE)."""
+    """Throughput of one Worker and of the raw ``complete_many`` loop on an empty table,
+    then the table filled to ``rows`` (``ready`` ready jobs over :data:`QUEUE_COUNT`
+    queues, the rest finished), the claim latency at that size and the same two runs on
+    the full table (their own queue: the padding is other queues' rows); ``fill_s`` is the
+    fill's time (with ANALYZE)."""
     per_queue = max(1, math.ceil(ready / QUEUE_COUNT))
     with portq.connect(url, prefix=BENCH_PREFIX, pool_size=16) as queue:
         backend = queue.backend
@@ -730,14 +731,17 @@ def growth(url: str, rows: int = GROWTH_ROWS, ready: int = GROWTH_READY, *,
         queue.migrate()
         try:
             empty = throughput_run(queue, jobs, workers, batch)
+            empty_raw = raw_throughput_run(queue, jobs, workers, batch)
             claim = claim_latency(queue, [(per_queue, max(rows, QUEUE_COUNT * per_queue))])[0]
             padded = throughput_run(queue, jobs, workers, batch)
+            padded_raw = raw_throughput_run(queue, jobs, workers, batch)
         finally:
             drop_tables(backend)
     return {"engine": backend.engine, "rows": claim["total"], "ready": per_queue * QUEUE_COUNT,
             "fill_s": claim["fill_s"],
             "fill_rows_per_s": round(claim["total"] / claim["fill_s"]) if claim["fill_s"] else None,
-            "claim": claim, "empty": empty, "padded": padded}
+            "claim": claim, "empty": empty, "padded": padded, "empty_raw": empty_raw,
+            "padded_raw": padded_raw}
 
 
 # ---- worker processes -------------------------------------------------------------------------

@@ -174,6 +174,11 @@ class Backend(ABC):
         queue is listed (``paused=True``) even when it holds no job."""
 
     @abstractmethod
+    def pending(self, queue: str) -> tuple[bool, bool]:
+        """Whether ``queue`` has a job ready and due, and whether it has one running (a
+        burst worker's exit test): index probes whose cost does not grow with the table."""
+
+    @abstractmethod
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause a queue (every claim of it returns nothing, on every worker, from the
         next claim on; running jobs finish normally) or resume it. Idempotent."""

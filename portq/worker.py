@@ -57,6 +57,7 @@ from portq.registry import DEFAULT_REGISTRY_INTERVAL, registration_of
 from portq.retry import Backoff
 
 if TYPE_CHECKING:
+    from portq.protocol import Backend
     from portq.schedule import Scheduler
 
 log = logging.getLogger("portq.worker")
@@ -77,6 +78,8 @@ class RetryAfter(Exception):
 
 
 @dataclass
+
+
 class WorkerCounters:
     """What a worker did, for its summary line and for metrics."""
 
@@ -522,6 +525,18 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def queues_drained(backend: Backend, queues: Sequence[str]) -> bool:
+    """No job of ``queues`` is ready and due or running, whoever runs it (a paused queue's
+    ready jobs are left for later): two index probes per queue (``Backend.pending``), not
+    ``stats``, whose cost grows with the table."""
+    paused = set(backend.paused_queues())
+    for name in queues:
+        ready, running = backend.pending(name)
+        if running or (ready and name not in paused):
+            return False
+    return True
+
+
 class Worker:
     """Claims and runs jobs from ``queues`` with ``handler``; see the module docstring."""
 
@@ -839,10 +854,8 @@ class Worker:
         """The ``burst`` exit test: no job of the queues is ready and due or running
         (whoever runs it), and every job this worker's reaper returned has waited out its
         ``reap_delay`` (until then it is ready but not yet due, and would be left behind)."""
-        if self.maintenance.reaped_waiting():
-            return False
-        return all((s.ready == 0 or s.paused) and s.running == 0  # paused: left for later
-                   for name in self.queues for s in self.queue.stats(name))
+        return not self.maintenance.reaped_waiting() and \
+            queues_drained(self.queue.backend, self.queues)
 
     # ---- running jobs -------------------------------------------------------------------
 

@@ -85,7 +85,8 @@ def test_bench_async_mode_runs_the_async_worker(engine: str, tmp_path: Path,
 
 def test_bench_processes_and_growth_on_sqlite(tmp_path: Path) -> None:
     """Worker processes work every job and report their CPU split; growth fills the table
-    to the size asked for and runs the Worker on the empty and the full table."""
+    to the size asked for and runs the Worker and the raw loop on the empty and the full
+    table."""
     url = f"sqlite:///{tmp_path / 'bench.db'}"
     rows = bench.processes_sweep(url, [1, 2], 40, min_seconds=0)
     assert [(r["processes"], r["exited"], r["succeeded"]) for r in rows] == [
@@ -96,6 +97,7 @@ def test_bench_processes_and_growth_on_sqlite(tmp_path: Path) -> None:
     assert (grown["rows"], grown["ready"]) == (3_000, 300)
     assert grown["claim"]["claimed"] == bench.CLAIM_LIMIT and grown["fill_s"] > 0
     assert grown["empty"]["succeeded"] == grown["padded"]["succeeded"] == 30
+    assert grown["empty_raw"]["succeeded"] == grown["padded_raw"]["succeeded"] == 30
 
 
 def test_raw_throughput_run_completes_every_job_in_each_form(engine_url: str) -> None:

@@ -62,7 +62,7 @@ BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "ins
                 "workers", "unique_ensure", "unique_lock", "unique_job", "unique_point",
                 "set_paused", "queue_control", "running_count", "set_concurrency_limit",
                 "paused_queues", "queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log",
-                "ensure_queue", "key_running_count", "unclaim"}
+                "ensure_queue", "key_running_count", "unclaim", "pending"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until", "concurrency_key", "concurrency_limit"]
 
@@ -664,3 +664,44 @@ def test_oracle_minute_buckets_use_the_finished_index_expression() -> None:
     assert index[0] in where, (index, where)
     assert sql.count("FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - "
                      "CAST(finished_at AS DATE)) * 1440)") == 2
+
+
+# ---- pending: a burst worker's exit test (index probes, not a count of the table) --------
+
+def _exists_selects(tree: exp.Expression) -> list[exp.Select]:
+    """The subquery of each EXISTS in the statement, in order."""
+    return [e.this for e in tree.find_all(exp.Exists)]
+
+
+def test_sqlserver_pending_probes_the_filtered_indexes_and_skips_locked_rows() -> None:
+    """Two EXISTS probes, each a plain read with `stats`' hints whose literal state implies
+    one filtered index's filter (a parameter cannot: docs/engines.md, "Prune and the
+    filtered index"), answered as two 0/1 columns (searched CASE)."""
+    tree = _one("sqlserver", "pending")
+    assert isinstance(tree, exp.Select) and len(tree.expressions) == 2
+    assert all(isinstance(e, exp.Case) for e in tree.expressions)
+    ready, running = _exists_selects(tree)
+    for select in (ready, running):
+        assert select.args["from_"].this.name == "portq_job"
+        assert _hints(select) == {"READPAST", "READCOMMITTEDLOCK"}
+    ready_where = ready.args["where"].sql(dialect="tsql")
+    assert "state = N'ready'" in ready_where and "run_at <= SYSUTCDATETIME()" in ready_where
+    assert "state = N'running'" in running.args["where"].sql(dialect="tsql")
+    schema = " ".join(s for _, st in load_migrations("sqlserver") for s in st)
+    assert "portq_job_running_idx ON portq_job (queue) WHERE state = N'running'" in schema
+
+
+def test_oracle_pending_repeats_the_function_based_index_expressions() -> None:
+    """Each probe's WHERE repeats the leading CASE expression of the ready or running
+    index (else the function-based index is unusable), selected FROM dual."""
+    tree = _one("oracle", "pending")
+    assert isinstance(tree, exp.Select) and len(tree.expressions) == 2
+    assert tree.args["from_"].this.name.lower() == "dual"
+    ready, running = _exists_selects(tree)
+    ready_where = ready.args["where"].sql(dialect="oracle")
+    ready_index = _index_expressions("portq_job_ready_idx")
+    assert ready_index[0] in ready_where
+    assert re.sub(r" DESC$", "", ready_index[2]) + " <= SYS_EXTRACT_UTC(SYSTIMESTAMP)" \
+        in ready_where
+    (running_index,) = _index_expressions("portq_job_running_idx")
+    assert running_index in running.args["where"].sql(dialect="oracle")

@@ -234,6 +234,15 @@ CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- name: pending
+-- Whether the queue has a job ready and due, and whether it has one running (a burst
+-- worker's exit test). Each EXISTS stops at the first entry of portq_job_ready_idx's
+-- (queue, state) prefix, so its cost does not grow with the table; `stats` counts every row
+-- of the queue instead.
+SELECT EXISTS (SELECT 1 FROM portq_job
+               WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)),
+       EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
+
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
 -- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a

@@ -217,6 +217,20 @@ CROSS JOIN (SELECT SYS_EXTRACT_UTC(SYSTIMESTAMP) AS db_now FROM dual) n
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue
 
+-- name: pending
+-- Whether the queue has a job ready and due, and whether it has one running (a burst
+-- worker's exit test). Each EXISTS stops at the first entry of the function-based ready or
+-- running index (the WHERE repeats each index's leading CASE expression), so its cost does
+-- not grow with the table; `stats` counts every row of the queue instead.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job
+                      WHERE CASE WHEN state = 'ready' THEN queue END = :queue
+                        AND CASE WHEN state = 'ready' THEN run_at END
+                            <= SYS_EXTRACT_UTC(SYSTIMESTAMP)) THEN 1 ELSE 0 END,
+       CASE WHEN EXISTS (SELECT 1 FROM portq_job
+                      WHERE CASE WHEN state = 'running' THEN queue END = :queue)
+            THEN 1 ELSE 0 END
+FROM dual
+
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
 -- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a

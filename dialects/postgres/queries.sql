@@ -224,6 +224,15 @@ FROM portq_job
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
 
+-- name: pending
+-- Whether the queue has a job ready and due, and whether it has one running (a burst
+-- worker's exit test). Each EXISTS stops at the first entry of the partial ready or running
+-- index, so its cost does not grow with the table; `stats` counts every row of the queue
+-- instead.
+SELECT EXISTS (SELECT 1 FROM portq_job
+               WHERE queue = :queue AND state = 'ready' AND run_at <= now()),
+       EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
+
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
 -- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a

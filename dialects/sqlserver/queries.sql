@@ -275,6 +275,18 @@ CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
 GROUP BY queue;
 
+-- name: pending
+-- Whether the queue has a job ready and due, and whether it has one running (a burst
+-- worker's exit test). Each EXISTS stops at the first entry of the filtered ready or
+-- running index (the literal state implies each index's filter), so its cost does not grow
+-- with the table; `stats` counts every row of the queue instead. READPAST and
+-- READCOMMITTEDLOCK as in `stats`.
+SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
+                      WHERE queue = :queue AND state = N'ready'
+                        AND run_at <= SYSUTCDATETIME()) THEN 1 ELSE 0 END,
+       CASE WHEN EXISTS (SELECT 1 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
+                      WHERE queue = :queue AND state = N'running') THEN 1 ELSE 0 END;
+
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
 -- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a

@@ -767,6 +767,11 @@ class SqlBackend(Backend):
         return bool(self.run("delete_finished", lambda cur: self.execute(
             cur, "delete_finished", {"job_id": job_id}).rowcount == 1))
 
+    def pending(self, queue: str) -> tuple[bool, bool]:
+        ready, running = self.run("pending", lambda cur: self.execute(
+            cur, "pending", {"queue": queue}).fetchone(), write=False)
+        return bool(ready), bool(running)
+
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
 

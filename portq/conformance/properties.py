@@ -109,6 +109,7 @@ PROPERTIES = (
     Property("prune bounds and stats", (
         "test_prune_deletes_only_finished_jobs_in_bounds",
         "test_stats_counts_and_age",
+        "test_pending_sees_due_and_running_jobs_of_its_queue_only",
         "test_retry_rate_counts_recorded_attempts_of_the_last_hour")),
     Property("claim cost flat as the table grows", (
         "test_claim_walks_the_ready_index_in_order",)),

@@ -45,6 +45,25 @@ def test_stats_counts_and_age(queue: portq.Queue, qname: str) -> None:
     assert (c["failed_1h"], c["succeeded_1h"], c["retry_rate"]) == (0, 0, None)
 
 
+def test_pending_sees_due_and_running_jobs_of_its_queue_only(queue: portq.Queue,
+                                                            qname: str) -> None:
+    """``pending`` (a burst worker's exit test) answers (ready and due, running) for one
+    queue: a scheduled job, a finished one or another queue's job is neither."""
+    backend = queue.backend
+    assert backend.pending(qname) == (False, False)
+    queue.enqueue(qname, "later", delay=600)
+    queue.enqueue(qname + "-other", "elsewhere")
+    assert backend.pending(qname) == (False, False)
+    queue.enqueue(qname, "now")
+    assert backend.pending(qname) == (True, False)
+    (job,) = queue.claim(qname, "w", limit=5)
+    assert job.payload == "now"
+    assert backend.pending(qname) == (False, True)
+    assert queue.complete(job)
+    assert backend.pending(qname) == (False, False)
+    assert backend.pending(qname + "-other") == (True, False)
+
+
 def test_retry_rate_counts_recorded_attempts_of_the_last_hour(queue: portq.Queue,
                                                              qname: str) -> None:
     """failed_1h counts failed attempts recorded in the last hour, succeeded_1h jobs that
