@@ -847,20 +847,21 @@ there: its claim is three statements (no `UPDATE ... RETURNING`), its `complete_
 (lock the owned rows through JSON_TABLE, then update them), each transaction ending in a
 COMMIT of its own; the Worker ran at {mysql_share} of that engine's raw loop.
 
-SQLite is bound by one process's CPU: SQLite runs inside the process, so its SQL and the
-Worker's Python share the process, and CPython's GIL lets one thread run Python at a time.
-A profile (issue 20, 20,000 jobs, 4 workers, process CPU time during the run only) showed
-the raw loop at 20-26 us of CPU per job and the Worker at 47-65 us, each process using
-0.8-1.15 cores of the 2. The Worker's extra work per job is what the raw loop does not
-do: it builds the handler's `Job` (7.5 us alone, measured with timeit), hands it to a handler
-thread and back, and keeps the bookkeeping of owned jobs. 85% of the raw loop would leave
-about 4 us per job for all of that, so the target is out of reach for a Python worker that
-gives each job to a handler; the Worker ran at {sqlite_share} of the raw loop. Since issue 20
-the Worker on SQLite has one writer thread (`single_writer`): its one claim loop writes
-the completions between its claims, so its threads no longer wait for each other in SQLite's
-sleeping busy handler (measured 15.5k -> 17.7k jobs/s before and after it, 5 rounds
-each, same hour). Worker processes (below) share the
-write lock through the busy handler; SQLite's write throughput does not grow with them.
+SQLite is bound by one thread: the Worker on SQLite has one writer thread
+(`single_writer`), its one claim loop, which writes every claim and, between claims, every
+completion, so its threads never wait for each other in SQLite's sleeping busy handler
+(measured 15.5k -> 17.7k jobs/s before and after it, 5 rounds each, same hour). A py-spy
+profile of that thread (issue 20, 4 runs of 20,000 jobs, 4 workers, 500 Hz) found it busy
+all the time: 64% of its samples inside SQLite's claim and `complete_many` statements, 36%
+in the Worker's own Python (the handler's `Job` built from each row 10%, the completion
+batch's JSON 5%, the hand-off to handler threads and the bookkeeping of owned jobs the rest).
+The raw loop's four threads do the same statements, but while one runs SQL (sqlite3 lets go
+of the GIL inside a statement) another runs its Python, so only the SQL is serial; in the
+Worker the one writer runs both, one after the other. SQL alone over SQL plus the Worker's
+Python is 64%; the Worker ran at {sqlite_share} of the raw loop. Reaching 85% would mean
+cutting the Worker's Python per job to about a third of today's while it still gives each
+job to a handler thread as a Python object. Worker processes (below) share the write
+lock through the busy handler; SQLite's write throughput does not grow with them.
 """
 
 PLOT = r'''
