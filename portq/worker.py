@@ -78,8 +78,6 @@ class RetryAfter(Exception):
 
 
 @dataclass
-
-
 class WorkerCounters:
     """What a worker did, for its summary line and for metrics."""
 
