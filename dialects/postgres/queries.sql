@@ -65,12 +65,11 @@ FROM src LEFT JOIN ins ON ins.job_id = src.job_id
 ORDER BY src.job_id;
 
 -- name: claim
-UPDATE portq_job AS j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    worker_id = :worker_id,
-    lease_until = now() + :lease_ms * interval '1 millisecond'
-FROM (
+-- Every LIMIT … FOR UPDATE SKIP LOCKED selection here is a MATERIALIZED CTE, evaluated
+-- once: as a FROM subquery the planner may rescan it (inner side of a nested loop), and
+-- each rescan's LockRows skips the rows this statement already updated and locks the next
+-- ones, so more than :limit rows would change (PostgreSQL bug report #15715).
+WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND state = 'ready' AND run_at <= now()
       AND attempts < max_attempts
@@ -86,7 +85,13 @@ FROM (
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-) AS c
+)
+UPDATE portq_job AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    worker_id = :worker_id,
+    lease_until = now() + :lease_ms * interval '1 millisecond'
+FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
           j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit;
@@ -152,6 +157,13 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > now();
 
 -- name: reap
+WITH c AS MATERIALIZED (
+    SELECT job_id FROM portq_job
+    WHERE state = 'running' AND lease_until <= now()
+    ORDER BY lease_until
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE portq_job AS j
 SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
@@ -159,25 +171,20 @@ SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
     last_error = 'lease expired (worker ' || j.worker_id || ', attempt ' || j.attempts || ')',
     worker_id = NULL, lease_until = NULL
-FROM (
-    SELECT job_id FROM portq_job
-    WHERE state = 'running' AND lease_until <= now()
-    ORDER BY lease_until
-    LIMIT :limit
-    FOR UPDATE SKIP LOCKED
-) AS c
+FROM c
 WHERE j.job_id = c.job_id;
 
 -- name: prune
-DELETE FROM portq_job AS j
-USING (
+WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
       AND finished_at < now() - :older_than_ms * interval '1 millisecond'
     ORDER BY finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-) AS c
+)
+DELETE FROM portq_job AS j
+USING c
 WHERE j.job_id = c.job_id;
 
 -- name: retry_dead
@@ -277,20 +284,21 @@ WHERE job_id = :job_id;
 -- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each,
 -- skipping rows a worker holds locked at this moment.
 -- name: retry_many
-UPDATE portq_job AS j
-SET state = 'ready', max_attempts = j.attempts + :extra, finished_at = NULL, run_at = now()
-FROM (
+WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-) AS c
+)
+UPDATE portq_job AS j
+SET state = 'ready', max_attempts = j.attempts + :extra, finished_at = NULL, run_at = now()
+FROM c
 WHERE j.job_id = c.job_id AND j.state IN (:states);
 
 -- Running jobs' workers are told as by `cancel`.
 -- name: cancel_many
-WITH old AS (
+WITH old AS MATERIALIZED (
     SELECT job_id, state FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
     ORDER BY job_id
