@@ -60,6 +60,7 @@ from portq.worker import (
     AUTO_CLAIMERS,
     BATCH_LIMIT,
     COMPLETION_BATCHERS,
+    LATE_FOR_RATE_LIMIT,
     LOOKAHEAD_PER_CLAIMER,
     LookAhead,
     Maintenance,
@@ -75,6 +76,7 @@ from portq.worker import (
     new_worker_id,
     queues_drained,
     run_listener,
+    started_too_late,
 )
 
 if TYPE_CHECKING:
@@ -745,6 +747,10 @@ class AsyncWorker:
         A job cancelled meanwhile (its handler told) writes nothing: it is ``cancelled``."""
         if job.cancelled():
             return False  # cancelled while it waited: never started
+        if started_too_late(job):
+            self._forget(job)
+            await self._release([job], LATE_FOR_RATE_LIMIT)
+            return False
         try:
             result = await self._handler.run_async(job)
             if result is not None and not await self._store_result(job, result):

@@ -99,6 +99,9 @@ class Job:
     priority: int = 0
     claim: Claim | None = field(default=None, repr=False, compare=False)
     concurrency_key: str | None = None  # its per-key limit's key (enqueue(concurrency_key=))
+    #: ``time.monotonic()`` by which a worker must start it, else give it back: set by a
+    #: rate-limited claim (its window's guard), None otherwise
+    start_by: float | None = field(default=None, repr=False, compare=False)
     _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
                                   compare=False)
 

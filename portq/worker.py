@@ -513,6 +513,18 @@ def forget(inflight: dict[int, Job], writing: dict[int, Job], job: Job) -> None:
             del owned[job.id]
 
 
+#: why a worker gives back a rate-limited job it could not start in time
+LATE_FOR_RATE_LIMIT = "not started within its rate limit's guard"
+
+
+def started_too_late(job: Job) -> bool:
+    """A rate-limited claim's job that no handler could start by its ``start_by`` (both
+    workers): starting it now could exceed the limit in some window of start times, so it
+    is given back instead (its claim stays counted in the rate log: stricter, never
+    looser)."""
+    return job.start_by is not None and time.monotonic() > job.start_by
+
+
 def failure_summary(exc: BaseException) -> str:
     """The error text stored for a failed attempt: the traceback's last 4,000 characters."""
     return "".join(traceback.format_exception(exc, limit=8))[-4000:]
@@ -923,6 +935,11 @@ class Worker:
         A job cancelled meanwhile (its handler told) writes nothing: it is ``cancelled``."""
         if job.cancelled():
             return False  # cancelled while it waited for a thread: never started
+        if started_too_late(job):
+            with self._lock:
+                self._forget(job)
+            self._release([job], LATE_FOR_RATE_LIMIT)
+            return False
         try:
             result = self._handler.run(job)
             if result is not None and not self._store_result(job, result):

@@ -60,7 +60,9 @@ KEYED_RECHECK_S = 60.0
 #: most entries a queue's rate log keeps: older ones merge into the next (counted as late
 #: as it: stricter, never looser)
 RATE_LOG_MAX = 64
-#: the guard added to a rate limit's window: min(this, RATE_GUARD_FRACTION * period)
+#: the guard added to a rate limit's window: RATE_GUARD_FRACTION of the period, within
+#: [RATE_GUARD_MIN_MS, RATE_GUARD_MAX_MS] (the time a worker has to start a claimed job)
+RATE_GUARD_MIN_MS = 20
 RATE_GUARD_MAX_MS = 250
 RATE_GUARD_FRACTION = 0.05
 #: columns of a claimed row (CLAIM_COLUMNS in SqlBackend.job_from_row): where the
@@ -549,7 +551,11 @@ class SqlBackend(Backend):
             rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
             rows = self.settle_after(params, rows)
         else:
-            rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params))
+            start_by: list[float] = []
+            rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params,
+                                                                           start_by))
+            if start_by and rows:
+                return [self.job_from_row(row, worker_id, start_by[-1]) for row in rows]
         return [self.job_from_row(row, worker_id) for row in rows]
 
     def known_unlimited(self, queue: str) -> bool:
@@ -561,12 +567,17 @@ class SqlBackend(Backend):
         return self._unlimited_until.get(queue, 0.0) > now and \
             self._keyed_until.get(queue, 0.0) <= now
 
-    def claim_within_limit(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+    def claim_within_limit(self, cur: Any, params: dict[str, Any],
+                           start_by: list[float] | None = None) -> list[Sequence[Any]]:
         """Claim in the open transaction, at most the queue's concurrency limit minus its
         running jobs and its rate limit minus the jobs started in the (guarded) window: the
         queue's row stays locked to commit, so claimers of the queue on every host take
-        turns and never exceed either together. Keyed jobs are settled (settle_keys)."""
+        turns and never exceed either together. Keyed jobs are settled (settle_keys).
+        A rate-limited claim appends to ``start_by`` the ``time.monotonic()`` by which its
+        jobs' handlers must start (the guard after the window's clock reading)."""
         queue = params["queue"]
+        if start_by is not None:
+            start_by.clear()  # a retried transaction reads the clock again
         row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
         max_running, rate_limit, period_ms, rate_log = row if row is not None else (None,) * 4
         if max_running is None and rate_limit is None:
@@ -580,6 +591,8 @@ class SqlBackend(Backend):
             want = min(want, int(max_running) - running)
         window: RateWindow | None = None
         if rate_limit is not None and want > 0:
+            if start_by is not None:  # read before the clock: no later than the DB's reading
+                start_by.append(time.monotonic() + rate_guard_ms(int(period_ms or 0)) / 1000)
             now_ms = int(self.execute(cur, "db_clock_ms").fetchone()[0])
             window = RateWindow.read(int(rate_limit), int(period_ms or 0),
                                      self.load_text(rate_log), now_ms)
@@ -646,7 +659,8 @@ class SqlBackend(Backend):
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
     #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit
-    def job_from_row(self, row: Sequence[Any], worker_id: str) -> Job:
+    def job_from_row(self, row: Sequence[Any], worker_id: str,
+                     start_by: float | None = None) -> Job:
         (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
          concurrency_key, _) = row
         lease = self.from_db_time(lease_until)
@@ -654,7 +668,8 @@ class SqlBackend(Backend):
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
         return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-                   priority=int(priority), claim=claim, concurrency_key=concurrency_key)
+                   priority=int(priority), claim=claim, concurrency_key=concurrency_key,
+                   start_by=start_by)
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
@@ -1030,7 +1045,7 @@ def _int_or_none(value: Any) -> int | None:
 
 def rate_guard_ms(period_ms: int) -> int:
     """The guard added to a rate limit's window (see :class:`RateWindow`)."""
-    return min(RATE_GUARD_MAX_MS, int(period_ms * RATE_GUARD_FRACTION))
+    return max(RATE_GUARD_MIN_MS, min(RATE_GUARD_MAX_MS, int(period_ms * RATE_GUARD_FRACTION)))
 
 
 @dataclass(frozen=True)
@@ -1038,11 +1053,13 @@ class RateWindow:
     """A rate-limited queue's log as one claim reads it: ``allowed`` jobs may start now.
 
     The log holds ``[db_epoch_ms, jobs]`` per claim that started jobs. A claim at DB time
-    ``now`` counts the entries newer than ``now - (period + guard)``: any set of claims
-    within a span shorter than that window is counted whole by the latest of them, so
-    claims obey "at most ``limit`` per ``period + guard``", and handler starts (each
-    within ``guard`` after its claim's clock reading) obey "at most ``limit`` per
-    ``period``" in every sliding window."""
+    ``now`` counts the entries at or after ``now - (period + guard)`` (whole milliseconds:
+    "at" keeps a reading truncated or rounded to the millisecond counted): any set of
+    claims within a span shorter than that window is counted whole by the latest of them,
+    so claims obey "at most ``limit`` per ``period + guard``", and handler starts (each
+    within ``guard`` after its claim's clock reading: a worker gives back a job it could
+    not start by its ``Job.start_by``) obey "at most ``limit`` per ``period``" in every
+    sliding window."""
 
     limit: int
     now_ms: int
@@ -1053,7 +1070,7 @@ class RateWindow:
              ) -> RateWindow:
         since = now_ms - period_ms - rate_guard_ms(period_ms)
         entries = tuple((int(t), int(n)) for t, n in json.loads(log_text or "[]")
-                        if int(t) > since)  # a clock that stepped back: still counted
+                        if int(t) >= since)  # a clock that stepped back: still counted
         return cls(limit, now_ms, entries)
 
     @property

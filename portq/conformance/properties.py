@@ -173,6 +173,8 @@ PROPERTIES = (
         "test_rate_and_running_limits_combine",
         "test_bad_rate_limits_are_refused",
         "test_worker_processes_never_exceed_the_rate_limit",
+        "test_a_rate_limited_claim_sets_when_its_jobs_must_start",
+        "test_a_job_not_started_within_the_guard_is_given_back",
         "test_portq_limit_sets_and_clears_the_rate_limit")),
     Property("per-key concurrency limits", (
         "test_a_full_key_is_skipped_not_waited_on",

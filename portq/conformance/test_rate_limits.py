@@ -4,16 +4,22 @@ handlers' own start times."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import portq
-from portq.conformance.helpers import run_portq
+from portq import aio
+from portq.backends.base import rate_guard_ms
+from portq.conformance.helpers import counts, quiet_worker, run_portq
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_limits import spans_of_workers
+from portq.job import Job
+from portq.worker import WorkerCounters
 
 
 def most_in_window(starts: Sequence[float], seconds: float) -> int:
@@ -89,6 +95,79 @@ def test_worker_processes_never_exceed_the_rate_limit(
     assert most_in_window(starts, period) >= 0.8 * limit, most_in_window(starts, period)
     took = max(starts) - min(starts)
     assert took <= 1.6 * (n / limit - 1) * period, took
+
+
+def test_a_rate_limited_claim_sets_when_its_jobs_must_start(
+        queue: portq.Queue, qname: str) -> None:
+    """A rate-limited claim's jobs carry ``start_by``: the guard after the claim read the
+    database clock (so no later than the guard after the call returned); an unlimited
+    claim's jobs carry none."""
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
+    assert all(j.start_by is None for j in queue.claim(qname, "w", limit=2))
+    queue.set_rate_limit(qname, 5, 2.0)
+    before = time.monotonic()
+    jobs = queue.claim(qname, "w", limit=2)
+    after = time.monotonic()
+    guard = rate_guard_ms(2000) / 1000
+    assert len(jobs) == 2 and len({j.start_by for j in jobs}) == 1
+    assert jobs[0].start_by is not None
+    assert before + guard <= jobs[0].start_by <= after + guard
+
+
+def stalled_after_claims(queue: portq.Queue, stall: float) -> Callable[..., list[Job]]:
+    """``queue.claim`` whose first claim that returns jobs is followed by ``stall``
+    seconds: a worker process paused after its claim committed, before any handler ran."""
+    claim, stalled = queue.claim, list[list[Job]]()
+
+    def stalled_claim(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = claim(*args, **kwargs)
+        if jobs and not stalled:
+            stalled.append(jobs)
+            time.sleep(stall)
+        return jobs
+    return stalled_claim
+
+
+@pytest.mark.parametrize("kind", ["Worker", "AsyncWorker"])
+def test_a_job_not_started_within_the_guard_is_given_back(
+        engine_url: str, queue: portq.Queue, qname: str, kind: str) -> None:
+    """A worker stalled between a rate-limited claim's commit and its handlers (0.3 s;
+    the guard of 3 per 1 s is 50 ms) gives those jobs back unstarted, their attempt too:
+    no handler starts later than its claim's guard, so the limit holds in every window of
+    start times, and every job still runs once, in a later claim."""
+    n = 3
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
+    queue.set_rate_limit(qname, n, 1.0)
+    starts: list[tuple[int, int, float, float | None]] = []
+
+    def handler(job: Job) -> None:
+        starts.append((job.id, job.attempt, time.monotonic(), job.start_by))
+
+    options: dict[str, Any] = {"concurrency": n, "burst": True, "idle_min": 0.01,
+                               "idle_max": 0.05, "reap_interval": None,
+                               "prune_interval": None}
+    if kind == "Worker":
+        queue.claim = stalled_after_claims(queue, 0.3)  # type: ignore[method-assign]
+        try:
+            counters = quiet_worker(queue, qname, handler, **options).run()
+        finally:
+            del queue.claim
+    else:
+        async def main() -> WorkerCounters:
+            async with await aio.connect(engine_url, prefix=TEST_PREFIX) as q:
+                q.queue.claim = stalled_after_claims(  # type: ignore[method-assign]
+                    q.queue, 0.3)
+                worker = aio.AsyncWorker(q, qname, handler, **options)
+                return await asyncio.wait_for(worker.run(), 60)
+        counters = asyncio.run(main())
+    late = [s for s in starts if s[3] is None or s[2] > s[3]]
+    assert late == [], late
+    assert counters.released == n and counters.succeeded == n, counters
+    assert sorted(s[0] for s in starts) == sorted({s[0] for s in starts})  # once each
+    assert len(starts) == n and {s[1] for s in starts} == {2}  # a new generation, and
+    done = queue.jobs("succeeded", queue=qname)  # the released attempt given back:
+    assert {(j.attempts, j.max_attempts) for j in done} == {(2, 26)}, done  # 25 + 1
+    assert counts(queue, qname)["succeeded"] == n
 
 
 def test_portq_limit_sets_and_clears_the_rate_limit(
