@@ -49,8 +49,9 @@ def test_pause_reaches_every_worker_process_within_a_poll(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Three worker processes run 0.2 s jobs; after `portq pause` no handler starts later
     than one poll interval plus a claim's round trip (the handler's own timestamps);
-    the jobs it left stay ready and run after `portq resume`."""
-    n = 60
+    the jobs it left stay ready and run after `portq resume`. 150 jobs are 5 s of work,
+    so that jobs are left however long the `portq pause` process takes to start."""
+    n = 150
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
     record, log = tmp_path / "record.jsonl", tmp_path / "worker.log"
     idle_max = 0.5
