@@ -547,16 +547,15 @@ class SqlBackend(Backend):
 
     def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
+        start_by: list[float] = []  # a rate-limited claim's deadline, if it had one
         if self.known_unlimited(queue):
             rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
             rows = self.settle_after(params, rows)
         else:
-            start_by: list[float] = []
             rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params,
                                                                            start_by))
-            if start_by and rows:
-                return [self.job_from_row(row, worker_id, start_by[-1]) for row in rows]
-        return [self.job_from_row(row, worker_id) for row in rows]
+        deadline = start_by[-1] if start_by else None
+        return [self.job_from_row(row, worker_id, deadline) for row in rows]
 
     def known_unlimited(self, queue: str) -> bool:
         """True while a claim of ``queue`` found no concurrency or rate limit less than
