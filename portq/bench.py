@@ -702,7 +702,7 @@ def pickup(queue: Queue, jobs: int = PICKUP_JOBS, gap: float = PICKUP_GAP_S,
              if i in started]
     listener = queue.backend.listener([name])
     return {"engine": queue.backend.engine, "jobs": jobs, "gap_ms": gap * 1000,
-            "started": len(started), "idle_max_s": worker.idle_max,
+            "started": len(started), "idle_max_s": worker.settings.idle_max,
             "listener": None if listener is None else type(listener).__name__,
             "p50_ms": round(percentile(steady, 50), 2) if steady else None,
             "p99_ms": round(percentile(steady, 99), 2) if steady else None,

@@ -87,3 +87,10 @@ class JobCancelled(Exception):
 class ResultError(PayloadError, Permanent):
     """A handler's return value cannot be stored as its result (not JSON, or too large);
     the job goes to ``dead`` with this message."""
+
+
+class JobTimeout(Exception):
+    """The attempt ran longer than its job's timeout (``enqueue(timeout=)``, a task's
+    ``timeout``, or the worker's ``job_timeout``): it fails with this error and is retried
+    by the usual policy. Its handler is told (``job.cancelled()`` is true; an async
+    handler's task is cancelled) and whatever it does later is not recorded."""

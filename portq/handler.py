@@ -100,7 +100,7 @@ class HandlerRunner:
                 state["cancelled"] = True
                 task.cancel()
 
-        job._cancel.on_cancel(functools.partial(_call_soon, asyncio.get_running_loop(),
+        job._cancel.on_cancel(functools.partial(call_soon, asyncio.get_running_loop(),
                                                 cancel))
         try:
             return await result
@@ -121,10 +121,10 @@ async def _cancellable(awaitable: Awaitable[Any], job: Job) -> Any:
 
 def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]) -> None:
     if not task.done():
-        _call_soon(loop, task.cancel)
+        call_soon(loop, task.cancel)
 
 
-def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
+def call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
     """``callback()`` on ``loop``'s thread, from any thread (nothing once it closed)."""
     with contextlib.suppress(RuntimeError):  # the loop closed: nothing runs it now
         loop.call_soon_threadsafe(callback)
@@ -166,7 +166,7 @@ class HandlerThreads:
                 outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 outcome = (exc, None)
-            return functools.partial(_call_soon, loop, functools.partial(settle, *outcome))
+            return functools.partial(call_soon, loop, functools.partial(settle, *outcome))
 
         with self._lock:
             spawn = self._idle == 0

@@ -44,6 +44,8 @@ class CancelSignal:
 
     def __init__(self) -> None:
         self._set = False
+        #: why it was set: "cancelled" (an operator) or "timeout" (the job's timeout)
+        self.reason = ""
         self._event: threading.Event | None = None  # made for the first waiter only
         self._callbacks: list[Callable[[], None]] = []
 
@@ -59,12 +61,13 @@ class CancelSignal:
             event = self._event
         return event.wait(timeout)
 
-    def set(self) -> bool:
-        """Set it; False when it already was (the callbacks ran then)."""
+    def set(self, reason: str = "cancelled") -> bool:
+        """Set it for ``reason``; False when it already was (the callbacks ran then)."""
         with self._lock:
             if self._set:
                 return False
             self._set = True
+            self.reason = reason
             event, callbacks, self._callbacks = self._event, self._callbacks, []
         if event is not None:
             event.set()
@@ -102,12 +105,20 @@ class Job:
     #: ``time.monotonic()`` by which a worker must start it, else give it back: set by a
     #: rate-limited claim (its window's guard), None otherwise
     start_by: float | None = field(default=None, repr=False, compare=False)
+    #: ``time.monotonic()`` when the claim that leased it was sent: its lease ends no
+    #: sooner than that plus the lease (a worker starts it only with half the lease left)
+    leased_at: float | None = field(default=None, repr=False, compare=False)
     _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
                                   compare=False)
 
     def cancelled(self) -> bool:
-        """True once the worker learned that this job was cancelled."""
+        """True once the worker learned that this job was cancelled, or that it ran past
+        its timeout: either way its handler should stop, and nothing it does is recorded."""
         return self._cancel.is_set()
+
+    def timed_out(self) -> bool:
+        """True once the job ran past its timeout (:attr:`cancelled` is then true too)."""
+        return self._cancel.reason == "timeout"
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`portq.JobCancelled` if the job was cancelled."""

@@ -73,8 +73,10 @@ class Histogram:
 class ServedWorker(Protocol):
     """What metrics read of a worker (:class:`portq.Worker` or ``portq.aio.AsyncWorker``)."""
 
-    counters: WorkerCounters
     queues: list[str]
+
+    @property
+    def counters(self) -> WorkerCounters: ...
 
     @property
     def inflight(self) -> int: ...

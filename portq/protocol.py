@@ -60,11 +60,32 @@ class NewJob:
     concurrency_limit: int | None = None
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What differs per engine that the worker runtime may ask about (nothing else in the
+    core branches on the engine)."""
+
+    #: one write lock whose waiters sleep in a busy handler (SQLite): a worker then writes
+    #: its claims and its outcomes from one thread
+    single_writer: bool = False
+    #: a worker's longest idle sleep unless given: short where only polling finds new jobs
+    idle_max_default: float = 0.25
+    #: an in-process database no second connection or process can share
+    in_memory: bool = False
+    #: cancelling a running job tells its worker at once (else within one heartbeat)
+    announces_cancel: bool = False
+
+
 class Backend(ABC):
     """One database engine. Methods without ``conn`` run in their own short transaction."""
 
     engine: ClassVar[str]
     url: DatabaseURL
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this engine can and cannot do, for the worker runtime."""
 
     @abstractmethod
     def migrate(self) -> int:

@@ -116,9 +116,13 @@ class Registrable(Protocol):
 
     worker_id: str
     queues: list[str]
-    concurrency: int
-    registry_interval: float | None
     scheduler: Scheduler | None
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def registry_interval(self) -> float | None: ...
 
 
 def registration_of(worker: Registrable, queue: Queue,

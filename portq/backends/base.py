@@ -44,7 +44,7 @@ from portq.job import (
     WorkerInfo,
 )
 from portq.pool import Pool, close_quietly
-from portq.protocol import Backend, NewJob
+from portq.protocol import Backend, Capabilities, NewJob
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
 from portq.url import DatabaseURL
 
@@ -524,6 +524,13 @@ class SqlBackend(Backend):
         """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing
         transaction commits. Default: nothing; workers find new jobs by polling."""
 
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(single_writer=self.single_writer,
+                            idle_max_default=self.idle_max_default,
+                            in_memory=bool(getattr(self, "in_memory", False)),
+                            announces_cancel=self.announces_cancel)
+
     def listener(self, queues: Sequence[str]) -> Listener | None:
         """A :class:`Listener` for what :meth:`announce` sends, or None where workers only
         poll. Polling stays the correctness path either way; this only shortens idle waits."""
@@ -548,14 +555,23 @@ class SqlBackend(Backend):
     def claim(self, queue: str, worker_id: str, limit: int, lease_ms: int) -> list[Job]:
         params = {"queue": queue, "worker_id": worker_id, "limit": limit, "lease_ms": lease_ms}
         start_by: list[float] = []  # a rate-limited claim's deadline, if it had one
+        sent = [0.0]  # when the (last) try was sent: its lease ends no sooner than that + lease
+
+        def claim_unlimited(cur: Any) -> list[Sequence[Any]]:
+            sent[0] = time.monotonic()
+            return self.claim_rows(cur, params)
+
+        def claim_limited(cur: Any) -> list[Sequence[Any]]:
+            sent[0] = time.monotonic()
+            return self.claim_within_limit(cur, params, start_by)
+
         if self.known_unlimited(queue):
-            rows = self.run("claim", lambda cur: self.claim_rows(cur, params), single=True)
+            rows = self.run("claim", claim_unlimited, single=True)
             rows = self.settle_after(params, rows)
         else:
-            rows = self.run("claim", lambda cur: self.claim_within_limit(cur, params,
-                                                                           start_by))
+            rows = self.run("claim", claim_limited)
         deadline = start_by[-1] if start_by else None
-        return [self.job_from_row(row, worker_id, deadline) for row in rows]
+        return [self.job_from_row(row, worker_id, deadline, sent[0]) for row in rows]
 
     def known_unlimited(self, queue: str) -> bool:
         """True while a claim of ``queue`` found no concurrency or rate limit less than
@@ -659,7 +675,7 @@ class SqlBackend(Backend):
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
     #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit
     def job_from_row(self, row: Sequence[Any], worker_id: str,
-                     start_by: float | None = None) -> Job:
+                     start_by: float | None = None, leased_at: float | None = None) -> Job:
         (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
          concurrency_key, _) = row
         lease = self.from_db_time(lease_until)
@@ -668,7 +684,7 @@ class SqlBackend(Backend):
         return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
                    priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                   start_by=start_by)
+                   start_by=start_by, leased_at=leased_at)
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):

@@ -1,0 +1,130 @@
+"""The asyncio front's executor: handler tasks on the caller's event loop serving the
+runtime's waiting line (an ``async def`` handler awaited in the task, a plain one on the
+threads :class:`portq.handler.HandlerThreads` keeps for it). The runtime's own threads
+never run on the loop, and nothing a task does touches the database, so a slow database
+never blocks the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from portq.handler import call_soon
+from portq.job import Job
+
+if TYPE_CHECKING:
+    from portq.runtime.core import Runtime
+
+#: jobs a handler task runs back to back before it lets other tasks in
+JOBS_BEFORE_YIELD = 16
+
+
+class LoopExecutor:
+    """Runs handlers as tasks on ``loop`` (see the module)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, concurrency: int) -> None:
+        self.loop, self.concurrency = loop, concurrency
+        self._runtime: Runtime | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._current: dict[int, asyncio.Task[None]] = {}  # job id -> the task running it
+        self._shutting_down = False
+        self._lock = threading.Lock()  # _current is read from the runtime's threads
+
+    def start(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def jobs_waiting(self) -> None:
+        call_soon(self.loop, self._dispatch)
+
+    def _dispatch(self) -> None:
+        """On the loop: start handler tasks while jobs wait and fewer than ``concurrency``
+        run; each runs waiting jobs until none waits (a task per job would cost more than
+        a short job)."""
+        runtime = self._runtime
+        assert runtime is not None
+        while len(self._tasks) < self.concurrency and not self._shutting_down:
+            job = runtime.take_job()
+            if job is None:
+                return
+            task = self.loop.create_task(self._serve(job), name="portq-handler")
+            self._tasks.add(task)
+
+    async def _serve(self, job: Job | None) -> None:
+        runtime = self._runtime
+        assert runtime is not None
+        ran = 0
+        try:
+            while job is not None:
+                await self._run(runtime, job)
+                ran += 1
+                if ran % JOBS_BEFORE_YIELD == 0:
+                    await asyncio.sleep(0)
+                job = None if self._shutting_down else runtime.take_job()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._tasks.discard(task)
+            if not self._shutting_down and len(runtime.line):
+                self._dispatch()  # jobs that came while this task was ending
+
+    async def _run(self, runtime: Runtime, job: Job) -> None:
+        """One job: await its handler, hand what happened to the runtime. A
+        ``CancelledError`` is the handler's own failure unless portq cancelled the task
+        (an operator's cancel or a timeout: nothing to write; shutdown: it ends here)."""
+        task = asyncio.current_task()
+        assert task is not None
+        with self._lock:
+            self._current[job.id] = task
+        started = time.perf_counter()
+        error: BaseException | None = None
+        result = None
+        try:
+            result = await runtime.handler.run_async(job)
+        except asyncio.CancelledError as exc:
+            if task.cancelling() and self._shutting_down:
+                runtime.drop(job)
+                raise  # shutdown: the task ends
+            if task.cancelling():  # a timeout's cancel: take it back, keep serving
+                while task.uncancel():
+                    pass
+            error = exc
+        except BaseException as exc:  # noqa: BLE001 - any is the attempt's failure
+            error = exc
+        finally:
+            with self._lock:
+                self._current.pop(job.id, None)
+        runtime.finish(job, error, result, time.perf_counter() - started)
+
+    def timed_out(self, job: Job) -> None:
+        """Cancel the task awaiting ``job``'s handler."""
+        with self._lock:
+            task = self._current.get(job.id)
+        if task is not None:
+            call_soon(self.loop, task.cancel)
+
+    def abandon(self, job: Job) -> bool:
+        """An async handler that ignores its cancel keeps its slot (a task cannot be
+        abandoned without leaking what it holds): nothing is freed."""
+        return False
+
+    def cancel_running(self) -> None:
+        """Cancel every handler task (shutdown's grace is over)."""
+        def cancel_all() -> None:
+            self._shutting_down = True
+            for task in list(self._tasks):
+                task.cancel()
+        call_soon(self.loop, cancel_all)
+
+    def close(self) -> None:
+        def closing() -> None:
+            self._shutting_down = True
+        call_soon(self.loop, closing)
+
+    async def wait_stopped(self) -> None:
+        """Wait (on the loop) until every handler task has ended."""
+        while self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)

@@ -1,0 +1,105 @@
+"""A FIFO between threads that hands over a whole batch with one wake-up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Mailbox(Generic[T]):
+    """A FIFO between threads that hands over a whole batch with one wake-up: the claim
+    loops' jobs to the handler threads, and the handlers' completions to the ack threads.
+    (``queue.Queue`` wakes a waiting thread for every item, which on short jobs costs more
+    than the job.) A taker that lingers to fill a batch is not woken by each new item.
+    After :meth:`close`, takers get what is left, then nothing."""
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()
+        lock = threading.Lock()
+        self._nonempty = threading.Condition(lock)  # takers waiting for a first item
+        self._lingering = threading.Condition(lock)  # takers filling a batch
+        self._hungry = 0
+        self._fill_to: list[int] = []  # the batch size each lingering taker waits for
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put_many(self, items: Iterable[T]) -> None:
+        """Append ``items``; wake one hungry taker for each new item, and the lingering
+        takers once there are enough items for one's batch."""
+        with self._nonempty:
+            before = len(self._items)
+            self._items.extend(items)
+            if self._hungry and len(self._items) > before:
+                self._nonempty.notify(len(self._items) - before)
+            if self._fill_to and len(self._items) >= min(self._fill_to):
+                self._lingering.notify_all()
+
+    def get(self) -> T | None:
+        """The oldest item, waiting for one; None once closed and empty."""
+        with self._nonempty:
+            while not self._items:
+                if self._closed:
+                    return None
+                self._hungry += 1
+                try:
+                    self._nonempty.wait()
+                finally:
+                    self._hungry -= 1
+            return self._items.popleft()
+
+    def get_batch(self, limit: int, linger: float) -> list[T]:
+        """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
+        in all for the batch to fill; [] once closed and empty."""
+        with self._nonempty:
+            while not self._items and not self._closed:
+                self._hungry += 1
+                try:
+                    self._nonempty.wait()
+                finally:
+                    self._hungry -= 1
+            deadline = time.monotonic() + linger
+            while len(self._items) < limit and not self._closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._fill_to.append(limit)
+                try:
+                    self._lingering.wait(left)
+                finally:
+                    self._fill_to.remove(limit)
+            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
+
+    def take(self, limit: int) -> list[T]:
+        """Up to ``limit`` of the oldest items, without waiting."""
+        with self._nonempty:
+            return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
+
+    def take_while(self, predicate: Callable[[T], bool]) -> list[T]:
+        """The oldest items, for as long as ``predicate`` holds, without waiting."""
+        with self._nonempty:
+            taken = []
+            while self._items and predicate(self._items[0]):
+                taken.append(self._items.popleft())
+            return taken
+
+    def drain(self) -> list[T]:
+        """Everything waiting, without waiting."""
+        with self._nonempty:
+            items = list(self._items)
+            self._items.clear()
+            return items
+
+    def close(self) -> None:
+        """No more items will come: wake every taker (none lingers any more)."""
+        with self._nonempty:
+            self._closed = True
+            self._nonempty.notify_all()
+            self._lingering.notify_all()
+

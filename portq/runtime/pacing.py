@@ -1,0 +1,132 @@
+"""The claim loop's sizing decisions, free of I/O: round-robin turns and shares of free
+slots (:class:`Pacing`), the look-ahead (:class:`LookAhead`) and the claim batch."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+
+from portq.queue import positive_int
+
+
+class Pacing:
+    """The claim loop's decisions, shared by :class:`Worker` and ``portq.aio.AsyncWorker``:
+    which queue's turn comes first, how many free slots each queue of a round may claim,
+    and how long to sleep when the queues are empty or the database fails."""
+
+    def __init__(self, queues: Sequence[str], idle_min: float, idle_max: float) -> None:
+        self.queues = list(queues)
+        self.idle_min, self.idle_max = idle_min, idle_max
+        self._start = 0
+        self._idle_rounds = 0
+
+    def turns(self) -> list[str]:
+        """This round's queues, round-robin."""
+        n = len(self.queues)
+        return [self.queues[(self._start + i) % n] for i in range(n)]
+
+    @staticmethod
+    def share(free: int, queues_left: int) -> int:
+        """Free slots one queue may claim when ``queues_left`` still wait their turn."""
+        return -(-free // queues_left)
+
+    def finish_round(self, tried: int, claimed: int) -> None:
+        """Rotate (unless no queue got a turn: it keeps it) and track idleness."""
+        if tried:
+            self._start += 1
+        if claimed:
+            self._idle_rounds = 0
+
+    def idle_delay(self) -> float:
+        """A growing, jittered sleep for an empty round: uniform(c/2, c), c up to idle_max."""
+        self._idle_rounds += 1
+        ceiling = min(self.idle_max, self.idle_min * 2.0 ** min(self._idle_rounds, 30))
+        return random.uniform(ceiling / 2, ceiling)
+
+    def error_delay(self) -> float:
+        """A growing, jittered sleep after a database error, capped at 5 s."""
+        self._idle_rounds += 1
+        ceiling = min(5.0, self.idle_min * 2.0 ** min(self._idle_rounds, 30))
+        return ceiling * random.uniform(0.5, 1.0)
+
+
+#: the look-ahead never holds more jobs than the handlers start in this fraction of the
+#: lease, and a job left unstarted longer than it is given back
+LOOKAHEAD_LEASE_FRACTION = 0.1
+#: claim round trips of jobs the look-ahead covers when jobs are shorter than a round trip
+LOOKAHEAD_CYCLES = 8
+#: most jobs of look-ahead per claim loop
+LOOKAHEAD_PER_CLAIMER = 160
+#: claim loops a worker runs (no more than its handler threads) while it has a look-ahead
+AUTO_CLAIMERS = 4
+#: most jobs in one claim and in one batch of completions
+BATCH_LIMIT = 100
+#: completion batchers a worker runs (while one writes its batch the next one gathers;
+#: more made smaller batches, so more statements, and measured slower on both workers)
+COMPLETION_BATCHERS = 2
+#: claim batch when none is given: enough to amortise a round trip, never over capacity
+DEFAULT_BATCH = 20
+
+
+class LookAhead:
+    """How many claimed jobs may wait for a handler thread, from what the worker measures
+    (shared by :class:`Worker` and ``portq.aio.AsyncWorker``).
+
+    Little's law: to keep ``concurrency`` handlers busy, jobs must be claimed ahead for as
+    long as a claim takes to come back. When a job outlasts a claim's round trip (the
+    fastest of the recent claims, so that a loaded moment does not count as the norm), the
+    threads freed meanwhile are refilled in time and no look-ahead is needed (0: a worker
+    never holds a job no thread is ready to run). When jobs are shorter, it covers
+    :data:`LOOKAHEAD_CYCLES` round trips of jobs, but never more jobs than the handlers start
+    in ``LOOKAHEAD_LEASE_FRACTION`` of the lease, and never more than ``ceiling``. Until the
+    first job has finished nothing is known, and it is 0."""
+
+    def __init__(self, concurrency: int, lease: float, ceiling: int) -> None:
+        self.concurrency, self.ceiling = concurrency, ceiling
+        #: a job claimed this long ago and not started is given back
+        self.max_wait = lease * LOOKAHEAD_LEASE_FRACTION
+        self._job_s: float | None = None     # moving average of a handler's run time
+        self._cycle_s: float | None = None   # moving average of a claim's round trip
+        self._recent: deque[float] = deque(maxlen=32)  # the last claims' round trips
+        self._fastest = math.inf  # the fastest of them
+
+    @staticmethod
+    def _average(old: float | None, sample: float) -> float:
+        return sample if old is None else old + 0.2 * (sample - old)
+
+    def job_ran(self, seconds: float) -> None:
+        """A handler returned after ``seconds`` (callers serialise the calls)."""
+        self._job_s = self._average(self._job_s, max(seconds, 1e-6))
+
+    def stalled(self, waited: float) -> None:
+        """Jobs claimed ahead waited ``waited`` seconds without a thread freeing up: take
+        the run time to be at least that (no look-ahead until short jobs bring it down)."""
+        self._job_s = max(self._job_s or 0.0, waited)
+
+    def claim_took(self, seconds: float) -> None:
+        """A claim came back after ``seconds``."""
+        self._cycle_s = self._average(self._cycle_s, seconds)
+        self._recent.append(seconds)
+        self._fastest = min(self._recent)
+
+    def size(self) -> int:
+        """Jobs that may wait for a handler thread now."""
+        job, cycle = self._job_s, self._cycle_s
+        if job is None or cycle is None or job >= self._fastest:
+            return 0
+        starts_per_s = self.concurrency / job
+        return int(min(self.ceiling, starts_per_s * cycle * LOOKAHEAD_CYCLES,
+                       starts_per_s * self.max_wait))
+
+
+
+def claim_batch(batch: int | None, concurrency: int, capacity: int) -> int:
+    """Most jobs in one claim: ``batch`` when given, else enough to amortise a round trip
+    (:data:`DEFAULT_BATCH`, or ``concurrency`` when larger), never over ``capacity`` or
+    :data:`BATCH_LIMIT` (shared by both workers)."""
+    if batch is not None:
+        return positive_int(batch, "batch")
+    return min(capacity, max(concurrency, DEFAULT_BATCH), BATCH_LIMIT)
+
