@@ -394,7 +394,8 @@ class AsyncWorker(WorkerFront):
 
     def __init__(self, queue: AsyncQueue, queues: Sequence[str] | str, handler: AsyncHandler,
                  **options: Any) -> None:
-        super().__init__(queue.queue, queues, handler, options, log)
+        super().__init__(queue.queue, queues, handler, options,
+                         logging.getLogger("portq.worker"))  # one runtime, one logger
         self.queue = queue
 
     async def run(self) -> WorkerCounters:

@@ -225,32 +225,35 @@ def test_async_worker_counts_a_loss_only_when_ownership_was_lost(
     async def body(q: aio.AsyncQueue) -> tuple[Any, set[int]]:
         written: set[int] = set()
         refused: set[int] = set()
-        complete_many, renew_many = q.complete_many, q.renew_many
+        # the runtime writes through the sync Queue on threads of its own (never on the
+        # event loop), so the race is arranged there
+        sync = q.queue
+        complete_many, renew_many = sync.complete_many, sync.renew_many
 
-        async def racing_complete_many(jobs: Sequence[portq.Job | portq.Claim]) -> list[bool]:
+        def racing_complete_many(jobs: Sequence[portq.Job | portq.Claim]) -> list[bool]:
             ids = {job.id for job in jobs if isinstance(job, portq.Job)}
             if taken_away:
                 for job_id in ids:
-                    assert await q.cancel(job_id)
-            results = await complete_many(jobs)
+                    assert sync.cancel(job_id)
+            results = complete_many(jobs)
             written.update(ids)
             for _ in range(2000):  # at most 10 s
                 if ids & refused:
                     break
-                await asyncio.sleep(0.005)
+                time.sleep(0.005)
             return results
 
-        async def watched_renew_many(jobs: Sequence[portq.Job | portq.Claim],
-                                     lease: float = 30.0) -> list[bool]:
-            results = await renew_many(jobs, lease=lease)  # the heartbeat's tick
+        def watched_renew_many(jobs: Sequence[portq.Job | portq.Claim],
+                               lease: float = 30.0) -> list[bool]:
+            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
             for job, ok in zip(jobs, results, strict=True):
                 if not ok and isinstance(job, portq.Job) and job.id in written:
                     refused.add(job.id)
             return results
 
         # the worker writes completions in batches and renews in one statement per tick
-        q.complete_many = racing_complete_many  # type: ignore[method-assign]
-        q.renew_many = watched_renew_many  # type: ignore[method-assign]
+        sync.complete_many = racing_complete_many  # type: ignore[method-assign]
+        sync.renew_many = watched_renew_many  # type: ignore[method-assign]
 
         async def handler(job: portq.Job) -> None:
             await asyncio.sleep(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import socket
@@ -12,12 +13,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import portq
+from portq.aio import AsyncQueue, AsyncWorker
 from portq.backends.base import ErrorKind
 from portq.conformance import NOT_APPLICABLE
 from portq.job import Job
+from portq.runtime.counters import WorkerCounters
 from portq.worker import Worker
 
 
@@ -95,11 +98,27 @@ def run_portq(*args: str, env: Mapping[str, str | None] | None = None,
     return proc
 
 
+#: the front quiet_worker builds (the plugin's ``worker_front`` fixture sets it)
+FRONT = "Worker"
+
+
+class ThreadDrivenAsyncWorker(AsyncWorker):
+    """The asyncio front as the suite drives a worker: :meth:`run` blocks the calling
+    thread, running the worker on an event loop of its own, as ``Worker.run`` does."""
+
+    def run(self) -> WorkerCounters:  # type: ignore[override]
+        return asyncio.run(AsyncWorker.run(self))
+
+
 def quiet_worker(queue: portq.Queue, names: Sequence[str] | str,
                  handler: Callable[[Job], Any], **options: Any) -> Worker:
-    """A Worker with maintenance off unless asked for (tests share one database)."""
+    """A worker of the front under test (:data:`FRONT`) with maintenance off unless asked
+    for (tests share one database)."""
     options.setdefault("reap_interval", None)
     options.setdefault("prune_interval", None)
+    if FRONT == "AsyncWorker":
+        driven = ThreadDrivenAsyncWorker(AsyncQueue(queue), names, handler, **options)
+        return cast(Worker, driven)  # the same attributes and a blocking run()
     return Worker(queue, names, handler, **options)
 
 

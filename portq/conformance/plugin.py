@@ -25,6 +25,8 @@ import portq
 from portq.conformance import TEST_PREFIX as TEST_PREFIX
 from portq.url import parse_url
 
+#: the worker fronts the suite's worker properties run on
+FRONTS = ("Worker", "AsyncWorker")
 ENGINE_LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB",
                  "sqlserver": "SQL Server", "oracle": "Oracle"}
 
@@ -232,6 +234,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         targets = _targets(metafunc.config)
         metafunc.parametrize("target", targets, ids=[t.id for t in targets], scope="session")
+    # a module that sets WORKER_FRONTS = True runs each test once per worker front
+    if getattr(metafunc.module, "WORKER_FRONTS", False):
+        metafunc.parametrize("worker_front", FRONTS, indirect=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -244,6 +249,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def table_prefix(request: pytest.FixtureRequest) -> str:
     """The prefix of the suite's tables (``--portq-prefix``, default ``portqt_``)."""
     return str(request.config.getoption("--portq-prefix"))
+
+
+@pytest.fixture(autouse=True)
+def worker_front(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The worker front ``quiet_worker`` builds: ``Worker`` (threads), or ``AsyncWorker``
+    (asyncio) in modules that run their tests on both (``WORKER_FRONTS = True``)."""
+    from portq.conformance import helpers
+    front = str(getattr(request, "param", "Worker"))
+    before, helpers.FRONT = helpers.FRONT, front
+    try:
+        yield front
+    finally:
+        helpers.FRONT = before
 
 
 @pytest.fixture(autouse=True)

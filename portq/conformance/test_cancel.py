@@ -273,3 +273,7 @@ def test_job_cancelled_during_its_outcome_write_counts_cancelled_once(
     assert len(lines) == 1 and lines[0].startswith(f"job.cancelled job_id={job_id} "), lines
     _assert_cancelled(queue, job_id)
 
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True

@@ -175,3 +175,4 @@ def test_handlers_that_cannot_run_are_refused_before_any_claim(
         asyncio.run(make_async_worker())
     c = counts(queue, qname)
     assert (c["ready"], c["running"]) == (1, 0)
+

@@ -43,3 +43,7 @@ def test_jobs_claimed_ahead_are_given_back_when_a_job_blocks(queue: portq.Queue,
     attempts = {r.attempts for r in queue.jobs("succeeded", queue=qname, limit=total)}
     assert attempts <= {1, 2}, attempts  # a job given back runs as its next generation
     assert 2 in attempts
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True

@@ -177,3 +177,7 @@ def test_stop_writes_waiting_acks_before_it_returns(queue: portq.Queue, qname: s
     thread.join(30)
     assert not thread.is_alive() and time.monotonic() - stopped < 5
     assert counts(queue, qname)["succeeded"] == 3 and worker.counters.succeeded == 3
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True

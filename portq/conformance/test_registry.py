@@ -90,3 +90,7 @@ def test_portq_workers_and_stats_show_registered_workers(queue: portq.Queue, eng
         assert stats[0]["workers"] == 1
     finally:
         queue.backend.deregister_worker(wid)
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True

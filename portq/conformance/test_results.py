@@ -119,3 +119,7 @@ def test_worker_sends_a_job_with_an_unstorable_result_to_dead(queue: portq.Queue
     assert dead.id == job_id and dead.attempts == 1, "an unstorable result was retried"
     assert "max_result_bytes" in (dead.last_error or "")
     assert _result_rows(small, job_id) == 0
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True

@@ -158,3 +158,7 @@ def test_task_enqueue_needs_a_queue_and_json_arguments(
     per_queue = module.send.options(key=f"{qa}-k", unique_per_queue=True)
     scoped = per_queue.enqueue_result("z", using=queue)
     assert scoped.created and not per_queue.enqueue_result("w", using=queue).created
+
+
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True
