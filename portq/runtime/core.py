@@ -655,16 +655,19 @@ class Runtime:
                    if deadline is not None and now >= deadline]
         for job, deadline in due:
             if not job.timed_out():
-                if not job._cancel.set("timeout"):
+                if job.cancelled():
                     continue  # cancelled or lost meanwhile: counted already
                 timeout = self.settings.job_timeout
+                # the failure is handed over before the handler is told, so that a handler
+                # returning at once finds its job already failing (nothing else written)
+                self._hand_over(job, Outcome(job, RETRY, f"JobTimeout: job {job.id} ran past "
+                                             f"its timeout of {timeout:g}s",
+                                             self.backoff.delay(job.attempt)), returned=False)
+                job._cancel.set("timeout")
                 self.log.warning("job.timeout job_id=%d queue=%s generation=%d worker=%s: "
                                  "ran past its timeout of %gs; its handler was told",
                                  job.id, job.queue, job.attempt, self.worker_id, timeout)
                 self.counters.add("timed_out", queue=job.queue)
-                self._hand_over(job, Outcome(job, RETRY, f"JobTimeout: job {job.id} ran past its "
-                                        f"timeout of {timeout:g}s",
-                                        self.backoff.delay(job.attempt)), returned=False)
                 self._executor.timed_out(job)
             elif now >= deadline + grace and self._executor.abandon(job):
                 with self._lock:
