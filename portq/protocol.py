@@ -200,6 +200,11 @@ class Backend(ABC):
         burst worker's exit test): index probes whose cost does not grow with the table."""
 
     @abstractmethod
+    def next_lease_expiry_ms(self) -> int | None:
+        """Milliseconds until the earliest running job's lease expires by the database
+        clock (negative once it has; None when no job runs): when a reaper is next due."""
+
+    @abstractmethod
     def set_paused(self, queue: str, paused: bool) -> None:
         """Pause a queue (every claim of it returns nothing, on every worker, from the
         next claim on; running jobs finish normally) or resume it. Idempotent."""

@@ -53,3 +53,18 @@ def test_claims_that_are_never_started_stop_the_claiming(
     records = [queue.job(i) for i in ids]
     assert all(r is not None and r.state == "ready" for r in records)
     assert counts(queue, qname)["ready"] == 3
+
+
+def test_next_lease_expiry_reads_the_earliest_running_lease(queue: portq.Queue,
+                                                              qname: str) -> None:
+    """The reaper's schedule: milliseconds to the earliest running lease by the database
+    clock, negative once expired, None when nothing runs (on this suite's table, other
+    tests' leases may be earlier: the value is at most this test's)."""
+    before = queue.backend.next_lease_expiry_ms()
+    queue.enqueue(qname, "x")
+    [job] = queue.claim(qname, "lease-reader:1:0", limit=1, lease=5.0)
+    ms = queue.backend.next_lease_expiry_ms()
+    assert ms is not None and ms <= 5000
+    if before is None:
+        assert 4000 <= ms <= 5000, ms
+    assert queue.complete(job)

@@ -705,3 +705,33 @@ def test_oracle_pending_repeats_the_function_based_index_expressions() -> None:
         in ready_where
     (running_index,) = _index_expressions("portq_job_running_idx")
     assert running_index in running.args["where"].sql(dialect="oracle")
+
+
+def test_sqlserver_next_lease_expiry_reads_the_filtered_lease_index_in_milliseconds() -> None:
+    """DATEDIFF_BIG(MILLISECOND, now, MIN(lease_until)) (DATEDIFF_BIG: SQL Server 2016+,
+    bigint, no overflow for long leases) over running rows only, the filtered lease index's
+    filter written as a literal, with the reads' READPAST/READCOMMITTEDLOCK hints."""
+    tree = _one("sqlserver", "next_lease_expiry_ms")
+    assert isinstance(tree, exp.Select)
+    sql = tree.sql(dialect="tsql")
+    assert "DATEDIFF_BIG(MILLISECOND, SYSUTCDATETIME(), MIN(lease_until))" in \
+        " ".join(load_queries("sqlserver")["next_lease_expiry_ms"].split())
+    assert "state = N'running'" in sql
+    assert _hints(tree) == {"READPAST", "READCOMMITTEDLOCK"}
+    schema = " ".join(s for _, st in load_migrations("sqlserver") for s in st)
+    assert "portq_job_lease_idx ON portq_job (lease_until) WHERE state = N'running'" in schema
+
+
+def test_oracle_next_lease_expiry_extracts_the_interval_exactly() -> None:
+    """TIMESTAMP - TIMESTAMP is an INTERVAL DAY TO SECOND; the value is its DAY, HOUR,
+    MINUTE and SECOND fields added up (no cast to DATE, whose rounding is not documented),
+    and MIN() is taken over the lease index's own CASE expression."""
+    sql = " ".join(load_queries("oracle")["next_lease_expiry_ms"].split())
+    for field in ("DAY", "HOUR", "MINUTE", "SECOND"):
+        assert f"EXTRACT({field} FROM d)" in sql
+    assert "CAST(" not in sql
+    assert "MIN(CASE WHEN state = 'running' THEN lease_until END)" in sql
+    assert "SYS_EXTRACT_UTC(SYSTIMESTAMP)" in sql
+    schema = " ".join(" ".join(s.split()) for _, st in load_migrations("oracle") for s in st)
+    assert "portq_job_lease_idx ON portq_job ( CASE WHEN state = 'running' THEN lease_until " \
+        "END)" in schema

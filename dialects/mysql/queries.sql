@@ -506,3 +506,10 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running';
+
+-- name: next_lease_expiry_ms
+-- Milliseconds until the earliest running lease expires (negative: already expired; NULL:
+-- nothing runs). lease_until is set exactly while running (CHECK), so MIN() over
+-- portq_job_lease_idx needs no state filter: one index read. A consistent read, no lock.
+SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(lease_until)) DIV 1000
+FROM portq_job;

@@ -496,3 +496,14 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running'
+
+-- name: next_lease_expiry_ms
+-- Milliseconds until the earliest running lease expires (negative: already expired; NULL:
+-- nothing runs): TIMESTAMP - TIMESTAMP is an INTERVAL DAY TO SECOND, whose fields EXTRACT
+-- reads exactly (each negative for a past lease). The CASE is portq_job_lease_idx's
+-- expression, so MIN() reads that function-based index.
+SELECT EXTRACT(DAY FROM d) * 86400000 + EXTRACT(HOUR FROM d) * 3600000
+       + EXTRACT(MINUTE FROM d) * 60000 + ROUND(EXTRACT(SECOND FROM d) * 1000)
+FROM (SELECT MIN(CASE WHEN state = 'running' THEN lease_until END)
+             - SYS_EXTRACT_UTC(SYSTIMESTAMP) AS d
+      FROM portq_job)

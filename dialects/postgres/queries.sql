@@ -492,3 +492,10 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running';
+
+-- name: next_lease_expiry_ms
+-- Milliseconds until the earliest running lease expires (negative: already expired; NULL:
+-- nothing runs), so that a worker's reaper runs about when it is due rather than on a
+-- fixed tick. min() reads the first entry of portq_job_lease_idx (running rows only).
+SELECT CAST(EXTRACT(EPOCH FROM (min(lease_until) - now())) * 1000 AS bigint)
+FROM portq_job WHERE state = 'running';

@@ -435,3 +435,11 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running';
+
+-- name: next_lease_expiry_ms
+-- Milliseconds until the earliest running lease expires (negative: already expired; NULL:
+-- nothing runs); lease_until is epoch microseconds. min() reads the first entry of
+-- portq_job_lease_idx (running rows only).
+SELECT (min(lease_until) - CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+       / 1000
+FROM portq_job WHERE state = 'running';

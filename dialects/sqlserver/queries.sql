@@ -556,3 +556,11 @@ UPDATE portq_job
 SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(:worker_id) AND state = N'running';
+
+-- name: next_lease_expiry_ms
+-- Milliseconds until the earliest running lease expires (negative: already expired; NULL:
+-- nothing runs). READPAST skips rows a claim or renewal holds right now (their leases are
+-- the newest); READCOMMITTEDLOCK as every other read here. DATEDIFF_BIG: SQL Server 2016+.
+SELECT DATEDIFF_BIG(MILLISECOND, SYSUTCDATETIME(), MIN(lease_until))
+FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
+WHERE state = N'running';

@@ -802,6 +802,11 @@ class SqlBackend(Backend):
             cur, "pending", {"queue": queue}).fetchone(), write=False)
         return bool(ready), bool(running)
 
+    def next_lease_expiry_ms(self) -> int | None:
+        row = self.run("next_lease_expiry_ms", lambda cur: self.execute(
+            cur, "next_lease_expiry_ms").fetchone(), write=False)
+        return None if row is None or row[0] is None else int(row[0])
+
     def stats(self, queue: str | None = None) -> list[QueueStats]:
         params = {"queue": queue or ALL_QUEUES, "window_ms": STATS_WINDOW_S * 1000}
 

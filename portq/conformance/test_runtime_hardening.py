@@ -145,6 +145,24 @@ def test_a_thread_that_ignores_its_timeout_is_abandoned_and_replaced(
     assert "JobTimeout" in (record.last_error or "")
 
 
+def test_a_dead_workers_jobs_come_back_about_one_lease_after_it_died(
+        queue: portq.Queue, qname: str) -> None:
+    """A worker died holding a job (its 1.5 s lease runs out): another worker's reaper,
+    on its default 10 s interval, runs when that lease expires (it reads the earliest
+    expiry), so the job runs again about one lease after the death, not a reap tick later."""
+    job_id = queue.enqueue(qname, "x")
+    [claimed] = queue.claim(qname, "died:1:0", limit=1, lease=1.5)
+    died = time.monotonic()
+    ran_at: list[float] = []
+    worker = quiet_worker(queue, qname, lambda job: ran_at.append(time.monotonic()),
+                          lease=2, reap_interval=10.0, reap_delay=0, idle_min=0.01,
+                          idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: bool(ran_at), timeout=20)
+    assert claimed.id == job_id
+    assert ran_at[0] - died < 1.5 + 1.5, ran_at[0] - died
+
+
 @contextmanager
 def table_locked(queue: portq.Queue) -> Iterator[None]:
     """Another session holds a lock every claim of the job table waits for."""

@@ -95,7 +95,7 @@ class Runtime:
         self.maintenance = Maintenance(
             queue, self.counters, worker_id, logger, reap_interval=s.options.reap_interval,
             reap_delay=s.options.reap_delay, prune_interval=s.options.prune_interval,
-            prune_older_than=s.options.prune_older_than)
+            prune_older_than=s.options.prune_older_than, lease=s.lease)
         self.watch = Watch(worker_id, s.lease / 3, logger)
         #: seconds a claim loop waits for a whole batch of slots to free (short jobs)
         self.gather_seconds = 0.005

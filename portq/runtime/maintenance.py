@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("portq.worker")
 
 
+#: most expired leases one reap returns
+REAP_LIMIT = 1000
+#: the shortest gap between two reaps of one worker
+REAP_MIN_GAP = 0.25
+#: a reap is scheduled this long after the earliest lease's expiry (clock granularity)
+REAP_SLACK = 0.05
+
+
 class Maintenance:
     """The reaper (expired leases back to ready, or dead) and pruner (finished jobs
     deleted in bounded batches) that a worker's main claim loop runs now and then (shared
@@ -27,7 +35,8 @@ class Maintenance:
 
     def __init__(self, queue: Queue, counters: WorkerCounters, worker_id: str,
                  logger: logging.Logger, *, reap_interval: float | None, reap_delay: float,
-                 prune_interval: float | None, prune_older_than: float) -> None:
+                 prune_interval: float | None, prune_older_than: float,
+                 lease: float = 30.0) -> None:
         for what, value in (("reap_interval", reap_interval),
                             ("prune_interval", prune_interval)):
             if value is not None:
@@ -37,8 +46,11 @@ class Maintenance:
         self.queue, self.counters, self.worker_id, self.log = queue, counters, worker_id, logger
         self.reap_interval, self.reap_delay = reap_interval, reap_delay
         self.prune_interval, self.prune_older_than = prune_interval, prune_older_than
+        #: the longest a lease found by no look may wait for its reap (half this worker's
+        #: lease: other workers' leases are alike, and each look costs one index read)
+        self.look_every = max(REAP_MIN_GAP, lease / 2)
         now = time.monotonic()  # jittered first runs: workers started together spread out
-        self._next_reap = now + random.uniform(0, reap_interval or 0)
+        self._next_reap = now + random.uniform(0, min(reap_interval or 0, self.look_every))
         self._next_prune = now + random.uniform(0, prune_interval or 0)
         self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
 
@@ -52,20 +64,34 @@ class Maintenance:
         """Reap and prune, each when its interval (jittered ±20 %) has passed."""
         now = time.monotonic()
         if self.reap_interval and now >= self._next_reap:
-            self._next_reap = now + self.reap_interval * random.uniform(0.8, 1.2)
-            n = self.queue.reap(limit=1000, delay=self.reap_delay)
+            n = self.queue.reap(limit=REAP_LIMIT, delay=self.reap_delay)
             if n:
                 # they are due reap_delay after the reap's statement, which ran before now
                 self._reaped_due_by = time.monotonic() + self.reap_delay
                 self.counters.add("reaped", n)
                 self.log.warning("worker.reaped worker=%s count=%d (expired leases "
                                  "returned)", self.worker_id, n)
+            self._next_reap = now + self._reap_gap(n)
         if self.prune_interval and now >= self._next_prune:
             self._next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
             n = self.queue.prune(self.prune_older_than, limit=1000)
             self.counters.add("pruned", n)
             if n:
                 self.log.info("worker.pruned worker=%s count=%d", self.worker_id, n)
+
+    def _reap_gap(self, reaped: int) -> float:
+        """Seconds to the next reap: when the earliest running lease expires (by the
+        database clock), so that a crashed worker's jobs come back about one lease after
+        it died, but at least :data:`REAP_MIN_GAP` and at most the reap interval (jittered
+        ±20 %) or half the lease (a lease taken after this look); at once while a full
+        batch was reaped."""
+        if reaped >= REAP_LIMIT:
+            return REAP_MIN_GAP
+        gap = min(float(self.reap_interval or 0) * random.uniform(0.8, 1.2), self.look_every)
+        expiry_ms = self.queue.backend.next_lease_expiry_ms()
+        if expiry_ms is not None:
+            gap = min(gap, max(REAP_MIN_GAP, expiry_ms / 1000 + REAP_SLACK))
+        return gap
 
     def seconds_to_reap(self) -> float:
         """Seconds until the next reap is due (an idle claim loop sleeps no longer)."""
