@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cache
@@ -364,11 +364,13 @@ COMPATIBILITY_HINT = (f"portq needs compatibility level {MIN_COMPATIBILITY_LEVEL
                       f"COMPATIBILITY_LEVEL = {MIN_COMPATIBILITY_LEVEL}")
 
 
-def long_text_sizes(params: Sequence[Any]) -> list[Any] | None:
+def long_text_sizes(params: Sequence[Any] | Mapping[str, Any]) -> list[Any] | None:
     """pyodbc ``setinputsizes`` for ``params``: ``(SQL_WVARCHAR, 0, 0)`` (nvarchar(max)) for
     each str of more than :data:`PYODBC_NTEXT_AFTER` UTF-16 code units, None (pyodbc's own
     choice) for the rest; None when there is no such str. pyodbc would send those as ntext,
     which databases whose default collation is ``_SC`` or ``_UTF8`` refuse (error 4189)."""
+    if isinstance(params, Mapping):
+        return None  # positional (qmark) parameters only
     sizes = [(SQL_WVARCHAR, 0, 0) if isinstance(p, str) and utf16_units(p) > PYODBC_NTEXT_AFTER
              else None for p in params]
     return sizes if any(sizes) else None
