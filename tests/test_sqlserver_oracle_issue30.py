@@ -12,7 +12,6 @@ back what pyodbc / python-oracledb document; never a database's behaviour).
 from __future__ import annotations
 
 import json
-import socket
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import sqlglot
 from sqlglot import exp
-from test_sqlserver_oracle_fixes import ScriptedCursor, _OracleCursor
+from test_sqlserver_oracle_fixes import ScriptedCursor, _closed_port, _OracleCursor
 from test_sqlserver_oracle_static import SAMPLE, _ora
 
 from portq.backends.base import SqlBackend
@@ -137,13 +136,6 @@ def test_the_login_timeout_attribute_is_odbcs_in_both_drivers() -> None:
     assert constants.SQL_ATTR_LOGIN_TIMEOUT.value == SQL_ATTR_LOGIN_TIMEOUT
     pyodbc = _pyodbc()
     assert pyodbc.SQL_ATTR_LOGIN_TIMEOUT == SQL_ATTR_LOGIN_TIMEOUT
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def test_mssql_python_login_timeout_bounds_a_connection_attempt() -> None:
