@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import difflib
 import json
 import logging
@@ -17,6 +18,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 import portq
+from portq.aio import AsyncQueue, AsyncWorker
 from portq.errors import ConfigurationError, PayloadError, PortqError
 from portq.job import ALL_STATES, Job, JobRecord, State, error_line
 from portq.logs import FORMATS, LEVELS, configure_logging
@@ -198,17 +200,22 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with _open(args) as q, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # said once above
         q.backend.check_schema()
-        worker = Worker(q, queues, handler, concurrency=args.concurrency, lease=args.lease,
-                        burst=args.burst, grace=args.grace, install_signals=True,
-                        backoff=Backoff(args.backoff, args.backoff_base, args.backoff_cap),
-                        idle_max=args.idle_max, reap_interval=args.reap_interval or None,
-                        reap_delay=args.reap_delay,
-                        prune_interval=args.prune_interval or None,
-                        prune_older_than=args.prune_older_than, prefetch=args.prefetch,
-                        ack_delay=args.ack_delay, claimers=args.claimers)
+        options = dict(concurrency=args.concurrency, lease=args.lease, burst=args.burst,
+                       grace=args.grace, install_signals=True,
+                       backoff=Backoff(args.backoff, args.backoff_base, args.backoff_cap),
+                       idle_max=args.idle_max, reap_interval=args.reap_interval or None,
+                       reap_delay=args.reap_delay, prune_interval=args.prune_interval or None,
+                       prune_older_than=args.prune_older_than, prefetch=args.prefetch,
+                       ack_delay=args.ack_delay, claimers=args.claimers,
+                       job_timeout=args.job_timeout)
+        worker: Worker | AsyncWorker = AsyncWorker(AsyncQueue(q), queues, handler, **options) \
+            if args.asyncio else Worker(q, queues, handler, **options)
         stops = _start_worker_extras(args, q, worker)
         try:
-            worker.run()
+            if isinstance(worker, AsyncWorker):
+                asyncio.run(worker.run())
+            else:
+                worker.run()
         finally:
             for stop in stops:
                 stop()
@@ -216,7 +223,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
-                         worker: Worker) -> list[Callable[[], None]]:
+                         worker: Worker | AsyncWorker) -> list[Callable[[], None]]:
     """Start the scheduler (--schedule) and metrics server (--metrics-port) beside a
     worker; return what stops them."""
     stops: list[Callable[[], None]] = []
@@ -765,7 +772,16 @@ def build_parser() -> argparse.ArgumentParser:
              f"may take it; renewed every third of it (minimum "
              f"{format_duration(MIN_LEASE_S)})", parse_lease)
     duration(p, "--grace", 30.0,
-             "how long shutdown waits for running jobs before releasing them")
+             "how long shutdown waits for running jobs before releasing them; also how long "
+             "a handler thread past its --job-timeout has to stop before it is abandoned")
+    duration(p, "--job-timeout", None,
+             "longest an attempt may run: past it the attempt fails with JobTimeout (retried "
+             "by the backoff), its handler is told (job.cancelled(); an async handler's task "
+             "is cancelled) and whatever it does later is not recorded (default: none)")
+    p.add_argument("--asyncio", action="store_true",
+                   help="run handlers as asyncio tasks on one event loop (portq.aio."
+                        "AsyncWorker; plain def handlers on threads of its own) instead of "
+                        "--concurrency threads; the same runtime and options either way")
     p.add_argument("--prefetch", type=_non_negative, default=None,
                    help="deprecated: fixes the look-ahead (jobs claimed beyond the handler "
                         "threads), which the worker otherwise sizes itself")
@@ -791,7 +807,8 @@ def build_parser() -> argparse.ArgumentParser:
              "LISTEN/NOTIFY and PRAGMA data_version; 250ms elsewhere, at most ~7 claims/s "
              "per idle worker)")
     duration(p, "--reap-interval", 10.0,
-             "how often this worker returns expired leases (0s: never)")
+             "longest gap between this worker's reaps of expired leases (0s: never); it reaps "
+             "sooner, when the earliest running lease expires")
     duration(p, "--reap-delay", 1.0, "how long a returned job waits before it runs again")
     duration(p, "--prune-interval", 3600.0,
              "how often this worker deletes old finished jobs (0s: never)")

@@ -141,8 +141,10 @@ def test_key_upsert_sees_key_committed_after_the_callers_snapshot(queue: portq.Q
         with conn.cursor() as cur:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         existing = queue.enqueue(qname, {"by": "other"}, key=f"{qname}-k")  # commits
-        # a consistent read in conn's snapshot cannot see it; the upsert's locking read can
-        assert queue.enqueue(qname, {"by": "app"}, key=f"{qname}-k", conn=conn) == existing
+        # a consistent read in conn's snapshot cannot see it; the insert (1062) and the
+        # locking read after it can, and created says the job was not made here
+        again = queue.enqueue_result(qname, {"by": "app"}, key=f"{qname}-k", conn=conn)
+        assert (again.id, again.created) == (existing, False)
         conn.commit()
     finally:
         conn.close()

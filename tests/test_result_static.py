@@ -45,7 +45,8 @@ def test_result_ownership_check_is_completes_guard(engine: str) -> None:
 
 @pytest.mark.parametrize("engine,lock", [("postgres", "FOR UPDATE"), ("mysql", "FOR UPDATE"),
                                          ("oracle", "FOR UPDATE"),
-                                         ("sqlserver", "WITH (UPDLOCK, ROWLOCK)")])
+                                         ("sqlserver",
+                                          "WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)")])
 def test_result_ownership_check_locks_the_job_row(engine: str, lock: str) -> None:
     # SQLite needs no clause: the transaction is BEGIN IMMEDIATE (one writer)
     assert lock in load_queries(engine)["lock_owned_job"]

@@ -103,6 +103,8 @@ def test_every_statement_parses(engine: str, prefix: str) -> None:
     statements = _statements(engine, prefix)
     assert len(statements) > 20
     for label, sql in statements:
+        if label in ("query ddl_lock_wait", "query ddl_lock_nowait"):
+            continue  # ALTER SESSION: not in sqlglot's grammar (tests/test_sql_parse.py)
         try:
             trees = _parse(engine, sql)
         except sqlglot.errors.ParseError as exc:  # pragma: no cover - the failure message
@@ -169,11 +171,12 @@ def test_oracle_statements_have_no_trailing_semicolon() -> None:
 # ---- scoped uniqueness -------------------------------------------------------------------
 
 def test_sqlserver_scoped_key_row_is_locked_to_commit() -> None:
-    """UPDLOCK + HOLDLOCK: the probe of unique_ensure and the read of unique_lock keep the
-    key's row (or its key range) locked until commit, so concurrent enqueues of one key
-    take turns; the job is read with READCOMMITTEDLOCK (not a row version under RCSI)."""
+    """unique_lock keeps the key's row (which unique_ensure made exist) locked until
+    commit, so concurrent enqueues of one key take turns; unique_ensure's probe takes no
+    range lock (issue 30: insert and catch 2627 instead); the job is read with
+    READCOMMITTEDLOCK (not a row version under RCSI)."""
     q = load_queries("sqlserver")
-    assert "WITH (UPDLOCK, HOLDLOCK)" in q["unique_ensure"]
+    assert "HOLDLOCK" not in q["unique_ensure"] and "UPDLOCK" not in q["unique_ensure"]
     assert "WITH (UPDLOCK, ROWLOCK, HOLDLOCK)" in q["unique_lock"]
     assert "WITH (READCOMMITTEDLOCK)" in q["unique_job"]
 

@@ -38,16 +38,20 @@ SELECT version FROM portq_schema_version;
 INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIMESTAMP(6));
 
 -- name: insert_job
--- An existing key makes the row's own job_id the connection's LAST_INSERT_ID, so the
--- driver's lastrowid is the new or the existing id; the row is locked, not changed.
+-- A plain INSERT: whether it made the row is decided by the statement itself. A taken key
+-- raises 1062 (ER_DUP_ENTRY), which rolls back this statement only (InnoDB keeps the
+-- transaction); MysqlBackend.insert_job catches it and reads the existing id with
+-- job_id_by_key_locked. If the key's row is uncommitted, the insert waits for it, then
+-- inserts (it rolled back) or raises 1062 (it committed). (ON DUPLICATE KEY UPDATE could
+-- not say which happened: with CLIENT.FOUND_ROWS, which SQLAlchemy, Django and portq set,
+-- an inserted and an unchanged row both count 1.)
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
                        concurrency_key, concurrency_limit)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
         :max_attempts, :key, UTC_TIMESTAMP(6),
-        :concurrency_key, :concurrency_limit)
-ON DUPLICATE KEY UPDATE job_id = LAST_INSERT_ID(job_id);
+        :concurrency_key, :concurrency_limit);
 
 -- name: insert_jobs_bulk
 -- Many jobs without a key in one multi-row INSERT (MysqlBackend.insert_jobs): the VALUES
@@ -67,6 +71,12 @@ SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment;
 
 -- name: job_id_by_key
 SELECT job_id FROM portq_job WHERE job_key = :key;
+
+-- name: job_id_by_key_locked
+-- The job holding a key another transaction just committed (the insert met it: 1062).
+-- A locking read sees the latest committed row, also in a caller's REPEATABLE READ
+-- transaction whose snapshot is older than that commit (a plain SELECT would not).
+SELECT job_id FROM portq_job WHERE job_key = :key LOCK IN SHARE MODE;
 
 -- name: claim
 SELECT job_id FROM portq_job

@@ -232,7 +232,9 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job
 FROM dual
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
--- last row of the previous page (after_id = 0 on the first page). Filters: state, queue,
+-- last row of the previous page (after_id = 0 on the first page). :after_run_at is bound as
+-- a TIMESTAMP (OracleBackend.execute, TIMESTAMP_BINDS): python-oracledb binds a datetime
+-- as DATE, whose lost fraction would repeat the previous page's last second. Filters: state, queue,
 -- payload text (lower-cased LIKE pattern, '!' escapes). Three orders. (A key filter is a
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
@@ -464,11 +466,12 @@ WHEN NOT MATCHED THEN INSERT (queue, rate_limit, rate_period_ms, updated_at)
 
 -- name: db_clock_ms
 -- The DB clock in epoch milliseconds (SYSTIMESTAMP is read when this statement runs,
--- after queue_control took the row's lock).
-SELECT ROUND((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - DATE '1970-01-01') * 86400000)
-       + TRUNC(EXTRACT(SECOND FROM SYS_EXTRACT_UTC(SYSTIMESTAMP)) * 1000) -
-       TRUNC(EXTRACT(SECOND FROM SYS_EXTRACT_UTC(SYSTIMESTAMP))) * 1000
-FROM dual
+-- after queue_control took the row's lock), computed exactly from the interval since the
+-- epoch (TIMESTAMP - TIMESTAMP is an INTERVAL DAY TO SECOND): no CAST to DATE, which may
+-- round the fraction to the nearest second instead of cutting it.
+SELECT EXTRACT(DAY FROM d) * 86400000 + EXTRACT(HOUR FROM d) * 3600000
+       + EXTRACT(MINUTE FROM d) * 60000 + TRUNC(EXTRACT(SECOND FROM d) * 1000)
+FROM (SELECT SYS_EXTRACT_UTC(SYSTIMESTAMP) - TIMESTAMP '1970-01-01 00:00:00' AS d FROM dual)
 
 -- name: set_rate_log
 UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue
@@ -507,3 +510,12 @@ SELECT EXTRACT(DAY FROM d) * 86400000 + EXTRACT(HOUR FROM d) * 3600000
 FROM (SELECT MIN(CASE WHEN state = 'running' THEN lease_until END)
              - SYS_EXTRACT_UTC(SYSTIMESTAMP) AS d
       FROM portq_job)
+
+-- Migrations: DDL waits up to this many seconds for the table locks held by running
+-- workers' transactions, instead of failing at once with ORA-00054 (the default 0);
+-- OracleBackend.migration_lock sets it for the migration and resets it after.
+-- name: ddl_lock_wait
+ALTER SESSION SET DDL_LOCK_TIMEOUT = 30
+
+-- name: ddl_lock_nowait
+ALTER SESSION SET DDL_LOCK_TIMEOUT = 0

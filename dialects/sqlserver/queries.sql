@@ -18,6 +18,21 @@
 -- makes the bytes UTF-16 whatever type a driver binds the text as), and read back with
 -- CAST(job_key AS NVARCHAR(510)).
 --
+-- A bound string may arrive as VARCHAR: mssql-python binds an ASCII-only str as VARCHAR (one
+-- byte per character) and any other as NVARCHAR; pyodbc binds every str as NVARCHAR. So a
+-- parameter whose bytes matter is cast to its column's type first: the fenced statements
+-- compare DATALENGTH(worker_id) (an NVARCHAR column: 2 bytes per code unit) with
+-- DATALENGTH(CAST(:worker_id AS NVARCHAR(400))), never with DATALENGTH(:worker_id) (which is
+-- half as long for an ASCII id bound as VARCHAR, and would refuse every fenced write), and
+-- the CHAR(64) scoped-key hash is compared with CAST(:hash AS CHAR(64)). Where only `=`
+-- meets an NVARCHAR column the parameter converts to NVARCHAR (higher type precedence) and
+-- the column is never converted.
+--
+-- Times are bound as ISO 8601 text ('2026-12-05T01:02:03.456789', SqlServerBackend.to_db_time)
+-- and read with CAST(... AS DATETIME2(6)): the microseconds then survive whatever the driver
+-- does with a datetime parameter (pyodbc cuts its fraction to the precision the ODBC driver
+-- reports for SQL_TYPE_TIMESTAMP; FreeTDS drops it).
+--
 -- Operator reads (stats, jobs, job_errors) use WITH (READPAST, READCOMMITTEDLOCK): with
 -- READ_COMMITTED_SNAPSHOT OFF a plain SELECT would wait on every uncommitted enqueue (and
 -- `portq stats` would hang behind an application's open transaction); READPAST skips the
@@ -137,14 +152,14 @@ UPDATE portq_job
 SET lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
                           DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: complete
 UPDATE portq_job
 SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: complete_many
@@ -191,7 +206,7 @@ SET state = CASE WHEN :retryable = 0 OR attempts >= max_attempts THEN N'dead' EL
                        THEN SYSUTCDATETIME() END,
     worker_id = NULL, lease_until = NULL, last_error = :error
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: record_error
@@ -207,7 +222,7 @@ UPDATE portq_job
 SET state = N'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
     run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- SET expressions see the row as it was before the UPDATE, so last_error names the
@@ -302,22 +317,24 @@ WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
 ORDER BY job_id;
 
 -- name: jobs_newest
-SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
-       run_at, worker_id, lease_until, last_error, created_at, finished_at
-FROM portq_job
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
+       CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
+       finished_at
+FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
   AND (:after_id = 0 OR job_id < :after_id)
 ORDER BY job_id DESC;
 
 -- name: jobs_by_run_at
-SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
-       run_at, worker_id, lease_until, last_error, created_at, finished_at
-FROM portq_job
+SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
+       CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
+       finished_at
+FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
-  AND (:after_id = 0 OR run_at > :after_run_at
-       OR (run_at = :after_run_at AND job_id > :after_id))
+  AND (:after_id = 0 OR run_at > CAST(:after_run_at AS DATETIME2(6))
+       OR (run_at = CAST(:after_run_at AS DATETIME2(6)) AND job_id > :after_id))
 ORDER BY run_at, job_id;
 
 -- name: job
@@ -430,13 +447,14 @@ WHERE expires_at > SYSUTCDATETIME()
 ORDER BY started_at, worker_id;
 
 -- Results (migration 5). store_result runs lock_owned_job (UPDLOCK holds the job row until
--- the transaction ends, so no reap or claim can take the job meanwhile), then delete_result
+-- the transaction ends, so no reap or claim can take the job meanwhile; READCOMMITTEDLOCK
+-- reads the committed row, not a version, under READ_COMMITTED_SNAPSHOT), then delete_result
 -- and insert_result, in one transaction: the result is written only while the claim still
 -- owns the job.
 -- name: lock_owned_job
-SELECT job_id FROM portq_job WITH (UPDLOCK, ROWLOCK)
+SELECT job_id FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
 
 -- name: delete_result
@@ -450,17 +468,22 @@ SELECT r.result FROM portq_result r JOIN portq_job j ON j.job_id = r.job_id
 WHERE r.job_id = :job_id AND j.state = N'succeeded';
 
 -- name: unique_ensure
--- Scoped uniqueness: make the scoped key's row exist; UPDLOCK + HOLDLOCK on the probe
--- keeps two sessions from both inserting it (the key range stays locked to commit).
+-- Scoped uniqueness: make the scoped key's row exist. The NOT EXISTS probe is a plain read
+-- (no UPDLOCK, HOLDLOCK: on an absent key those range-lock the gap to the caller's commit,
+-- so enqueues of other new keys in that gap wait, and two transactions each enqueueing two
+-- new keys can deadlock, 1205). Two sessions inserting the same new key meet on the
+-- primary key: the second waits for the first, then fails with 2627, which only rolls back
+-- this statement (XACT_ABORT OFF) and which SqlServerBackend.ensure_row catches: the row
+-- exists then.
 INSERT INTO portq_job_unique (unique_hash, job_id)
-SELECT :hash, NULL
-WHERE NOT EXISTS (SELECT 1 FROM portq_job_unique WITH (UPDLOCK, HOLDLOCK)
-                  WHERE unique_hash = :hash);
+SELECT CAST(:hash AS CHAR(64)), NULL
+WHERE NOT EXISTS (SELECT 1 FROM portq_job_unique
+                  WHERE unique_hash = CAST(:hash AS CHAR(64)));
 
 -- name: unique_lock
 -- Lock the scoped key's row (UPDLOCK, held to commit): its latest job id (NULL when none).
 SELECT job_id FROM portq_job_unique WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
-WHERE unique_hash = :hash;
+WHERE unique_hash = CAST(:hash AS CHAR(64));
 
 -- name: unique_job
 -- That job's state, and whether it was created less than :period_ms ago. READCOMMITTEDLOCK:
@@ -476,13 +499,13 @@ FROM portq_job WITH (READCOMMITTEDLOCK)
 WHERE job_id = :job_id;
 
 -- name: unique_point
-UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = :hash;
+UPDATE portq_job_unique SET job_id = :job_id WHERE unique_hash = CAST(:hash AS CHAR(64));
 
 -- name: set_paused
 -- Pause (:paused = 1) or resume (0) a queue; the row is made on first use. HOLDLOCK on
 -- the MERGE target keeps two first uses from both inserting.
 MERGE INTO portq_queue WITH (HOLDLOCK) AS t
-USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+USING (SELECT CAST(:queue AS NVARCHAR(128)) AS queue) AS s ON t.queue = s.queue
 WHEN MATCHED THEN UPDATE SET paused = :paused, updated_at = SYSUTCDATETIME()
 WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
     VALUES (s.queue, :paused, SYSUTCDATETIME());
@@ -510,7 +533,7 @@ WHERE queue = :queue AND state = N'running';
 
 -- name: set_concurrency_limit
 MERGE INTO portq_queue WITH (HOLDLOCK) AS t
-USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+USING (SELECT CAST(:queue AS NVARCHAR(128)) AS queue) AS s ON t.queue = s.queue
 WHEN MATCHED THEN UPDATE SET concurrency_limit = :max_running, updated_at = SYSUTCDATETIME()
 WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
     VALUES (s.queue, :max_running, SYSUTCDATETIME());
@@ -518,7 +541,7 @@ WHEN NOT MATCHED THEN INSERT (queue, concurrency_limit, updated_at)
 -- name: set_rate_limit
 -- At most :rate_limit jobs started per :period_ms (NULLs: none, and the log is cleared).
 MERGE INTO portq_queue WITH (HOLDLOCK) AS t
-USING (SELECT :queue AS queue) AS s ON t.queue = s.queue
+USING (SELECT CAST(:queue AS NVARCHAR(128)) AS queue) AS s ON t.queue = s.queue
 WHEN MATCHED THEN UPDATE SET
     rate_log = CASE WHEN CAST(:rate_limit AS INT) IS NULL THEN NULL ELSE t.rate_log END,
     rate_limit = CAST(:rate_limit AS INT), rate_period_ms = CAST(:period_ms AS BIGINT),
@@ -535,10 +558,11 @@ SELECT DATEDIFF_BIG(MILLISECOND, CAST('1970-01-01' AS DATETIME2(6)), SYSUTCDATET
 UPDATE portq_queue SET rate_log = :rate_log WHERE queue = :queue;
 
 -- name: ensure_queue
--- The queue's row, made if missing (a key-range lock makes a concurrent insert wait).
+-- The queue's row, made if missing: a plain probe, then the insert; a concurrent first
+-- insert raises 2627 (caught by SqlServerBackend.ensure_row, as for unique_ensure).
 INSERT INTO portq_queue (queue, updated_at)
 SELECT :queue, SYSUTCDATETIME()
-WHERE NOT EXISTS (SELECT 1 FROM portq_queue WITH (UPDLOCK, HOLDLOCK) WHERE queue = :queue);
+WHERE NOT EXISTS (SELECT 1 FROM portq_queue WHERE queue = :queue);
 
 -- name: key_running_count
 -- A key's running jobs, read after the queue row's lock. READPAST skips rows another
@@ -555,7 +579,13 @@ WHERE queue = :queue AND concurrency_key = CAST(CAST(:concurrency_key AS NVARCHA
 UPDATE portq_job
 SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
-  AND DATALENGTH(worker_id) = DATALENGTH(:worker_id) AND state = N'running';
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400))) AND state = N'running';
+
+-- name: compatibility_level
+-- The database's compatibility level: OPENJSON (complete_many, renew_many) needs 130+, and
+-- a database restored from an older server keeps its old level. The connected database's
+-- row of sys.databases is visible to every login.
+SELECT compatibility_level, DB_NAME() FROM sys.databases WHERE database_id = DB_ID();
 
 -- name: next_lease_expiry_ms
 -- Milliseconds until the earliest running lease expires (negative: already expired; NULL:

@@ -175,3 +175,17 @@ ALTER TABLE portq_job ADD
 -- statements repeat the filter's literals)
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = N'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- 1. Worker ids in the registry compare exactly, as in portq_job (migration 2): the primary
+--    key blocks ALTER COLUMN's collation change, so it is dropped and added again.
+ALTER TABLE portq_worker DROP CONSTRAINT portq_worker_pk;
+ALTER TABLE portq_worker ALTER COLUMN worker_id NVARCHAR(200) COLLATE Latin1_General_100_BIN2 NOT NULL;
+ALTER TABLE portq_worker ADD CONSTRAINT portq_worker_pk PRIMARY KEY (worker_id);
+-- 2. The claim's per-key filter reads concurrency_key and concurrency_limit of each
+--    candidate: the ready index includes them, so the filter runs on the index entry, not
+--    after a lookup into the table per candidate.
+--    (Dropped and made again in the migration's transaction: SQL Server DDL is transactional.)
+DROP INDEX portq_job_ready_idx ON portq_job;
+CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job_id)
+    INCLUDE (attempts, max_attempts, concurrency_key, concurrency_limit) WHERE state = N'ready';

@@ -19,13 +19,15 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import oracledb
 
 from portq.backends.base import ErrorKind, SqlBackend
-from portq.errors import ConfigurationError, DriverMissingError
+from portq.errors import ConfigurationError, DatabaseError, DriverMissingError
 from portq.job import EnqueueResult
 from portq.url import DatabaseURL
 
@@ -46,7 +48,12 @@ CLOB_BINDS: dict[str, tuple[str, ...]] = {
     "complete_many": ("claims",), "renew_many": ("claims",)}
 #: parameters bound as TIMESTAMP: python-oracledb binds a datetime as DATE by default,
 #: which drops the microseconds
-TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",)}
+TIMESTAMP_BINDS: dict[str, tuple[str, ...]] = {"insert_job": ("run_at",),
+                                               "jobs_by_run_at": ("after_run_at",)}
+#: a migration statement still meeting ORA-00054 after DDL_LOCK_TIMEOUT (30 s, queries.sql
+#: ddl_lock_wait) is tried this many more times, this many seconds apart
+DDL_BUSY_RETRIES = 3
+DDL_BUSY_PAUSE_S = 2.0
 
 # A refused login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
 # ("cannot log in to URL: ...", never a raw driver error).
@@ -191,6 +198,16 @@ class OracleBackend(SqlBackend):
     # alone, and one whose object already exists is skipped, so that a concurrent or an
     # interrupted migration completes instead of failing.
 
+    @contextmanager
+    def migration_lock(self, cur: Any) -> Iterator[None]:
+        """Not a lock: DDL_LOCK_TIMEOUT for the migration's statements (workers' open
+        transactions hold portq_job's table lock), reset to 0 on the pooled session after."""
+        self.execute(cur, "ddl_lock_wait")
+        try:
+            yield
+        finally:
+            self.execute(cur, "ddl_lock_nowait")
+
     def record_version(self, cur: Any, version: int) -> None:
         try:
             super().record_version(cur, version)
@@ -202,12 +219,28 @@ class OracleBackend(SqlBackend):
         self.run_ddl(cur, self.queries["create_version_table"])
 
     def run_ddl(self, cur: Any, statement: str) -> None:
-        try:
-            cur.execute(statement)
-        except oracledb.Error as exc:
-            if oracle_codes(exc)[0] not in _ALREADY_EXISTS:
-                raise
-            log.info("oracle: skipped, already exists: %s", statement.split("(")[0].strip())
+        """Run one migration statement: skip one whose object already exists; retry one
+        that met ORA-00054 (resource busy) after its DDL_LOCK_TIMEOUT wait, a few times."""
+        for attempt in range(DDL_BUSY_RETRIES + 1):
+            try:
+                cur.execute(statement)
+                return
+            except oracledb.Error as exc:
+                code = oracle_codes(exc)[0]
+                if code in _ALREADY_EXISTS:
+                    log.info("oracle: skipped, already exists: %s",
+                             statement.split("(")[0].strip())
+                    return
+                if code != 54:
+                    raise
+                if attempt == DDL_BUSY_RETRIES:
+                    raise DatabaseError(
+                        f"migrate: {statement.split('(')[0].strip()!r} on "
+                        f"{self.url.redacted()} still found its table locked (ORA-00054) "
+                        f"after {attempt + 1} waits of DDL_LOCK_TIMEOUT: stop the workers, "
+                        "or run portq migrate again when they are idle") from exc
+                log.info("oracle: %s met ORA-00054, retrying", statement.split("(")[0])
+                time.sleep(DDL_BUSY_PAUSE_S)
 
     # ---- enqueue ------------------------------------------------------------------------
 

@@ -19,14 +19,22 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
 from portq.backends.base import ErrorKind, SqlBackend, _scrub
-from portq.errors import ConfigurationError, DatabaseError, DriverMissingError
+from portq.errors import (
+    ConfigurationError,
+    DatabaseError,
+    DriverMissingError,
+    PortqError,
+    SchemaError,
+)
 from portq.job import EnqueueResult
+from portq.sql import bind
 from portq.url import DatabaseURL
 
 DEFAULT_DRIVER = "ODBC Driver 18 for SQL Server"
@@ -35,6 +43,18 @@ DEFAULT_LOGIN_TIMEOUT_S = 10
 MSSQL_PYTHON = frozenset({"mssql-python", "mssql_python", "mssqlpython"})
 #: what mssql-python's bundled ODBC driver needs from the system (Debian/Ubuntu names)
 MSSQL_PYTHON_LIBRARIES = ("libltdl7", "libkrb5-3", "libgssapi-krb5-2")
+#: ODBC's SQL_ATTR_LOGIN_TIMEOUT (sql.h): mssql-python takes the login timeout only as this
+#: connection attribute (its connect(timeout=) was a per-statement query timeout before
+#: mssql-python 1.x's fix of issue #725)
+SQL_ATTR_LOGIN_TIMEOUT = 103
+#: ODBC's SQL_WVARCHAR (sqlext.h): with column size 0 pyodbc sends the parameter as
+#: nvarchar(max) instead of the legacy ntext it picks for long text
+SQL_WVARCHAR = -9
+#: pyodbc binds a str of more UTF-16 code units than this as SQL_WLONGVARCHAR (ntext): its
+#: length in bytes exceeds the 4000 the driver reports as nvarchar's column size
+PYODBC_NTEXT_AFTER = 2000
+#: OPENJSON (complete_many, renew_many) needs database compatibility level 130 or higher
+MIN_COMPATIBILITY_LEVEL = 130
 
 # A failed login or an unusable account: ErrorKind.LOGIN, raised as portq.LoginFailed
 # ("cannot log in to URL: ...", never a raw driver error); 4060 is UNKNOWN_DATABASE.
@@ -171,6 +191,20 @@ class SqlServerBackend(SqlBackend):
         self.driver, self.login_timeout_s, self.options = _connect_options(url)
         super().__init__(url, **kw)
 
+    def execute(self, cur: Any, name_or_sql: str, params: dict[str, Any] | None = None) -> Any:
+        """Run a statement; on pyodbc, text longer than :data:`PYODBC_NTEXT_AFTER` UTF-16
+        code units goes as nvarchar(max) (:func:`long_text_sizes`), never as ntext."""
+        bound = bind(self.queries.get(name_or_sql, name_or_sql), params or {}, self.paramstyle)
+        if self.dbapi == "pyodbc":
+            cur.setinputsizes(long_text_sizes(bound.params))  # None clears the last ones
+        cur.execute(bound.sql, bound.params)
+        return cur
+
+    def to_db_time(self, value: datetime) -> Any:
+        """ISO 8601 text with microseconds, read by ``CAST(... AS DATETIME2(6))``: exact
+        whatever a driver does with a datetime parameter's fraction."""
+        return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds")
+
     # ---- connecting ---------------------------------------------------------------------
 
     def connection_string(self) -> str:
@@ -205,11 +239,20 @@ class SqlServerBackend(SqlBackend):
         module = import_driver(self.engine, self.dbapi)
         try:
             conn = module.connect(self.connection_string(), autocommit=False,
-                                  timeout=self.login_timeout_s)
+                                  **self.login_timeout_kwargs())
         except Exception as exc:
             self._raise_setup_error(module, exc)
             raise
         return self.set_up_session(conn, lambda cur: self.execute(cur, "session_setup"))
+
+    def login_timeout_kwargs(self) -> dict[str, Any]:
+        """How the login timeout reaches the driver: pyodbc's ``timeout=`` is the login
+        timeout; mssql-python's was a per-statement query timeout (which cancelled the
+        migration lock's 60 s wait, long prunes and blocked claims after 10 s), so there it
+        is the connection attribute SQL_ATTR_LOGIN_TIMEOUT, which every version honours."""
+        if self.dbapi == "mssql_python":
+            return {"attrs_before": {SQL_ATTR_LOGIN_TIMEOUT: self.login_timeout_s}}
+        return {"timeout": self.login_timeout_s}
 
     def _raise_setup_error(self, module: Any, exc: Exception) -> None:
         """A missing driver or a bad connection option as one clear portq error."""
@@ -242,6 +285,32 @@ class SqlServerBackend(SqlBackend):
             kind = ErrorKind.CONNECTION
         return kind or ErrorKind.OTHER
 
+    def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
+                  connecting: bool = False, attempts: int = 1) -> PortqError | None:
+        # below compatibility level 130 OPENJSON is "Invalid object name" (208), which is
+        # not a missing portq table
+        if kind is ErrorKind.UNDEFINED_TABLE and "openjson" in _message(exc).lower():
+            return SchemaError(f"{op}: {self.url.redacted()} does not know OPENJSON: "
+                               f"{COMPATIBILITY_HINT.format(name=self.url.database)}")
+        return super().translate(op, exc, kind, connecting=connecting, attempts=attempts)
+
+    def check_compatibility(self, cur: Any) -> None:
+        """Raise :class:`SchemaError` when the database's compatibility level is below
+        :data:`MIN_COMPATIBILITY_LEVEL` (a database restored from an older server)."""
+        level, name = self.execute(cur, "compatibility_level").fetchone()
+        if int(level) < MIN_COMPATIBILITY_LEVEL:
+            raise SchemaError(
+                f"database {name!r} on {self.url.redacted()} has compatibility level {level}; "
+                f"{COMPATIBILITY_HINT.format(name=name)}")
+
+    def migrate(self) -> int:
+        self.run("migrate", self.check_compatibility, retry=False, write=False)
+        return super().migrate()
+
+    def check_schema(self) -> None:
+        super().check_schema()
+        self.run("check_schema", self.check_compatibility, retry=False, write=False)
+
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:
         rows = drain(self.execute(cur, "migration_lock"))
@@ -264,13 +333,52 @@ class SqlServerBackend(SqlBackend):
             # this statement is rolled back while XACT_ABORT is OFF (the default)
             if params.get("key") is None or self.classify(exc) is not ErrorKind.UNIQUE:
                 raise
-            if self.execute(cur, "transaction_state").fetchone()[0] != 1:
-                raise DatabaseError(
-                    f"enqueue: job key {params['key']!r} was taken by a concurrent "
-                    "transaction, and SQL Server rolled back the calling transaction "
-                    "because its connection has XACT_ABORT ON; run the transaction again, "
-                    "or enqueue keyed jobs on a connection with XACT_ABORT OFF") from exc
+            self.check_committable(cur, exc, f"job key {params['key']!r}")
             return None
+
+    def ensure_row(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """``unique_ensure`` / ``ensure_queue``: insert unless present; a concurrent first
+        insert of the same key raises 2627, which rolled back this statement only."""
+        try:
+            self.execute(cur, name, params)
+        except Exception as exc:
+            if self.classify(exc) is not ErrorKind.UNIQUE:
+                raise
+            self.check_committable(cur, exc, "a scoped job key" if name == "unique_ensure"
+                                   else f"the row of queue {params.get('queue')!r}")
+
+    def check_committable(self, cur: Any, exc: Exception, what: str) -> None:
+        """After a duplicate key: the transaction goes on only while XACT_STATE() = 1
+        (XACT_ABORT OFF, portq's own sessions); on a caller's XACT_ABORT ON connection SQL
+        Server rolled the whole transaction back, which is one clear error."""
+        if self.execute(cur, "transaction_state").fetchone()[0] != 1:
+            raise DatabaseError(
+                f"enqueue: {what} was taken by a concurrent transaction, and SQL Server "
+                "rolled back the calling transaction because its connection has "
+                "XACT_ABORT ON; run the transaction again, or enqueue keyed jobs on a "
+                "connection with XACT_ABORT OFF") from exc
+
+
+COMPATIBILITY_HINT = (f"portq needs compatibility level {MIN_COMPATIBILITY_LEVEL} or higher "
+                      "(SQL Server 2016+) for OPENJSON: ALTER DATABASE [{name}] SET "
+                      f"COMPATIBILITY_LEVEL = {MIN_COMPATIBILITY_LEVEL}")
+
+
+def long_text_sizes(params: Sequence[Any] | Mapping[str, Any]) -> list[Any] | None:
+    """pyodbc ``setinputsizes`` for ``params``: ``(SQL_WVARCHAR, 0, 0)`` (nvarchar(max)) for
+    each str of more than :data:`PYODBC_NTEXT_AFTER` UTF-16 code units, None (pyodbc's own
+    choice) for the rest; None when there is no such str. pyodbc would send those as ntext,
+    which databases whose default collation is ``_SC`` or ``_UTF8`` refuse (error 4189)."""
+    if isinstance(params, Mapping):
+        return None  # positional (qmark) parameters only
+    sizes = [(SQL_WVARCHAR, 0, 0) if isinstance(p, str) and utf16_units(p) > PYODBC_NTEXT_AFTER
+             else None for p in params]
+    return sizes if any(sizes) else None
+
+
+def utf16_units(text: str) -> int:
+    """The length of ``text`` in UTF-16 code units (a character outside the BMP is two)."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def _connect_options(url: DatabaseURL) -> tuple[str, int, dict[str, str]]:

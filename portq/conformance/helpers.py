@@ -203,3 +203,56 @@ def on_own_connections(engine_url: str, n: int,
             q.close()
     if errors:
         raise errors[0]
+
+
+def _enqueue_keys(engine_url: str, prefix: str, qname: str, keys: int, barrier: Any,
+                  out: Any) -> None:
+    """One process of :func:`enqueue_keys_in_processes` (module level: spawned by name)."""
+    queue = portq.connect(engine_url, prefix=prefix)
+    try:
+        barrier.wait(60)
+        results = []
+        for k in range(keys):
+            result = queue.enqueue_result(qname, {"pid": os.getpid()}, key=f"{qname}-{k}")
+            results.append((k, result.id, result.created))
+        out.put(results)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent as text
+        out.put(f"{type(exc).__name__}: {exc}")
+    finally:
+        queue.close()
+
+
+def enqueue_keys_in_processes(engine_url: str, prefix: str, qname: str, processes: int,
+                              keys: int, timeout: float = 240
+                              ) -> list[list[tuple[int, int, bool]]]:
+    """``processes`` processes, released together, each enqueue the same ``keys`` keys
+    (``{qname}-0`` ...) in the same order, each in its own transaction; every process's
+    ``(key number, job id, created)`` list."""
+    import multiprocessing
+    import queue as queue_module
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(processes), ctx.Queue()
+    procs = [ctx.Process(target=_enqueue_keys, args=(engine_url, prefix, qname, keys,
+                                                     barrier, out), daemon=True)
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    results: list[list[tuple[int, int, bool]]] = []
+    try:
+        for _ in procs:
+            try:
+                got = out.get(timeout=max(1.0, deadline - time.monotonic()))
+            except queue_module.Empty:
+                raise AssertionError(f"{processes} enqueuing processes did not finish "
+                                     f"within {timeout:.0f} s") from None
+            if isinstance(got, str):
+                raise AssertionError(f"an enqueuing process failed: {got}")
+            results.append(got)
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    return results

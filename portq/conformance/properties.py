@@ -85,6 +85,7 @@ PROPERTIES = (
         "test_key_returns_the_existing_job",
         "test_key_conflict_keeps_the_callers_transaction_usable",
         "test_enqueue_result_tells_new_from_existing",
+        "test_concurrent_enqueues_of_a_key_report_created_once",
         "test_duplicate_key_is_rejected_by_the_schema",
         "test_enqueue_many_ids_keys_and_options",
         "test_keys_differing_in_case_or_trailing_space_are_distinct",
