@@ -10,6 +10,7 @@ from portq.errors import (
     DriverMissingError,
     InvalidQueueName,
     JobCancelled,
+    JobTimeout,
     LoginFailed,
     PayloadError,
     Permanent,
@@ -21,14 +22,41 @@ from portq.errors import (
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
+from portq.runtime.execution import Snooze
 from portq.tasks import Task, current_job, task
 from portq.worker import RetryAfter, Worker
 
 __all__ = [
-    "Backoff", "CannotConnect", "Claim", "ConfigurationError", "ConnectionLost",
-    "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
-    "InvalidQueueName", "Job", "JobCancelled", "JobRecord", "LoginFailed", "PayloadError",
-    "Permanent", "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
-    "SchemaMissingError", "State", "Task", "Worker", "connect", "current_job", "task",
+    "Backoff",
+    "CannotConnect",
+    "Claim",
+    "ConfigurationError",
+    "ConnectionLost",
+    "DatabaseBusy",
+    "DatabaseError",
+    "DatabaseMissing",
+    "DriverMissingError",
+    "InvalidQueueName",
+    "Job",
+    "JobCancelled",
+    "JobRecord",
+    "JobTimeout",
+    "LoginFailed",
+    "PayloadError",
+    "Permanent",
+    "PortqError",
+    "Queue",
+    "QueueStats",
+    "ResultError",
+    "RetryAfter",
+    "SchemaError",
+    "SchemaMissingError",
+    "Snooze",
+    "State",
+    "Task",
+    "Worker",
+    "connect",
+    "current_job",
+    "task",
 ]
 __version__ = "0.1.0"

@@ -292,6 +292,10 @@ class AsyncQueue:
             return await asyncio.to_thread(self.queue.release, job)
         return await self._guarded("release", self.backend.guard(_claim_of(job)))
 
+    async def snooze(self, job: Job | Claim, delay: Any) -> bool:
+        """:meth:`portq.Queue.snooze` (run again after ``delay``, the attempt given back)."""
+        return await asyncio.to_thread(self.queue.snooze, job, delay)
+
     async def fail(self, job: Job | Claim, error: str, *,
                    retry_in: float | None = None) -> bool:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""

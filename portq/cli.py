@@ -153,7 +153,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     with _open(args) as q:
         result = q.enqueue_result(args.queue, payload, priority=args.priority,
                                   delay=args.delay, key=args.key,
-                                  max_attempts=args.max_attempts, **unique_options(args))
+                                  max_attempts=args.max_attempts, timeout=args.timeout,
+                                  **unique_options(args))
     if result.created:
         text = f"created job {result.id} on queue {args.queue}"
     else:
@@ -749,6 +750,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "existing job of this key is returned instead")
     p.add_argument("--max-attempts", type=_positive, default=None,
                    help="attempts before the job is dead (default 25)")
+    duration(p, "--timeout", None, "the longest one attempt may run: past it the attempt "
+             "fails with JobTimeout and is retried (default: the worker's --job-timeout)")
     p.add_argument("--unique-per-queue", action="store_true",
                    help="scope --key to this queue")
     duration(p, "--unique-for", None, "scope --key to jobs created within this long (e.g. 1h)")

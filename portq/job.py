@@ -108,6 +108,8 @@ class Job:
     #: ``time.monotonic()`` when the claim that leased it was sent: its lease ends no
     #: sooner than that plus the lease (a worker starts it only with half the lease left)
     leased_at: float | None = field(default=None, repr=False, compare=False)
+    #: the longest this attempt may run, in seconds (``enqueue(timeout=)``), or None
+    timeout: float | None = field(default=None, repr=False, compare=False)
     _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
                                   compare=False)
 

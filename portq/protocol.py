@@ -58,6 +58,8 @@ class NewJob:
     #: with this key (both None: no per-key limit)
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    #: the longest one attempt may run, in ms (None: the worker's job_timeout, if any)
+    timeout_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,12 @@ class Backend(ABC):
     def release(self, claim: Claim) -> bool:
         """Give an unfinished job back (graceful shutdown) without spending its attempt:
         ``max_attempts`` grows by one, so the next claim is still a new generation."""
+
+    @abstractmethod
+    def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
+        """Same guard as :meth:`release`; ready again after ``delay_ms``, the attempt given
+        back, unless the job was snoozed ``max_snoozes`` times (then False, nothing
+        written)."""
 
     @abstractmethod
     def reap(self, limit: int, delay_ms: int) -> int:

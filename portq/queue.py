@@ -13,6 +13,7 @@ from typing import Any
 from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import JOB_ORDERS, SqlBackend
+from portq.durations import seconds_of
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
 from portq.job import (
     ACTIVE_STATES,
@@ -166,6 +167,12 @@ def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
     return UniqueScope(hashlib.sha256(scope.encode("utf-8")).hexdigest(), period_ms, states)
 
 
+#: most times one job may be snoozed (portq.Snooze): a later Snooze fails the attempt
+MAX_SNOOZES = 100
+#: the longest per-job timeout (enqueue(timeout=)): 24 days, within a 32-bit column of ms
+MAX_TIMEOUT_MS = 24 * 86_400_000
+
+
 def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
     """Seconds (int or float) as whole milliseconds, validated."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
@@ -270,7 +277,7 @@ class Queue:
             if not isinstance(spec, Mapping) or "queue" not in spec:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
             unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
-                                   "max_attempts", "key", *UNIQUE_OPTIONS,
+                                   "max_attempts", "key", "timeout", *UNIQUE_OPTIONS,
                                    *CONCURRENCY_OPTIONS}
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
@@ -281,8 +288,9 @@ class Queue:
                 run_at: datetime | None = None, delay: float | None = None,
                 max_attempts: int | None = None, key: str | None = None,
                 concurrency_key: str | None = None, concurrency_limit: int | None = None,
-                **unique: Any) -> NewJob:
-        """Validate one job's fields; raise before anything is written."""
+                timeout: Any = None, **unique: Any) -> NewJob:
+        """Validate one job's fields; raise before anything is written. ``timeout``
+        (seconds, a timedelta or ``'30s'``): the longest one attempt may run."""
         validate_queue(queue)
         validate_priority(priority)
         if run_at is not None and delay is not None:
@@ -306,10 +314,15 @@ class Queue:
             validate_key(key)
         scope = unique_scope(queue, key, **unique)
         ckey, climit = concurrency_options(concurrency_key, concurrency_limit)
+        timeout_ms = None if timeout is None else \
+            duration_ms(seconds_of(timeout, "timeout"), "timeout")
+        if timeout_ms is not None and timeout_ms > MAX_TIMEOUT_MS:
+            raise ConfigurationError(f"timeout {timeout!r} is longer than the most a job may "
+                                     f"run, {MAX_TIMEOUT_MS // 86_400_000} days")
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
                       run_at=run_at, delay_ms=delay_ms, max_attempts=attempts,
                       key=None if scope else key, unique=scope, concurrency_key=ckey,
-                      concurrency_limit=climit)
+                      concurrency_limit=climit, timeout_ms=timeout_ms)
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""
@@ -367,8 +380,16 @@ class Queue:
         return self.backend.fail(_claim_of(job), str(error), ms)
 
     def release(self, job: Job | Claim) -> bool:
-        """Return an unfinished job to ready now without spending its attempt."""
+        """Return an unstarted job to ready now, giving its attempt back while the job's
+        give-backs stay within its attempt budget (then spending it; dead when spent)."""
         return self.backend.release(_claim_of(job))
+
+    def snooze(self, job: Job | Claim, delay: Any) -> bool:
+        """Run the job again after ``delay`` (seconds, a timedelta or ``'5m'``) without
+        spending its attempt; False when the claim no longer owns the job or the job was
+        snoozed :data:`MAX_SNOOZES` times already (nothing is written then)."""
+        ms = duration_ms(seconds_of(delay, "snooze delay"), "snooze delay", allow_zero=True)
+        return self.backend.snooze(_claim_of(job), ms, MAX_SNOOZES)
 
     # ---- maintenance and operators ------------------------------------------------------
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from portq.durations import seconds_of
 from portq.errors import ConfigurationError, Permanent
 from portq.job import EnqueueResult, Job
 from portq.queue import (
@@ -84,6 +85,8 @@ class JobOptions:
     key: str | None = None
     delay: float | None = None
     run_at: datetime | None = None
+    #: the longest one attempt may run (seconds, a timedelta or '30s'), or None
+    timeout: Any = None
     #: unique_per_queue / unique_for / unique_states / concurrency_key / concurrency_limit
     unique: tuple[tuple[str, Any], ...] = ()
 
@@ -106,7 +109,7 @@ class Task(Generic[P, R]):
     def options(self, *, queue: str | None = None, priority: int | None = None,
                 max_attempts: int | None = None, key: str | None = None,
                 delay: float | None = None, run_at: datetime | None = None,
-                **unique: Any) -> Task[P, R]:
+                timeout: Any = None, **unique: Any) -> Task[P, R]:
         """This task with other job fields for the next enqueue (key, delay, the
         ``unique_*`` scopes and ``concurrency_key``/``concurrency_limit`` of
         :meth:`portq.Queue.enqueue`, ...)."""
@@ -117,7 +120,8 @@ class Task(Generic[P, R]):
             ("queue", None if queue is None else validate_queue(queue)),
             ("priority", None if priority is None else validate_priority(priority)),
             ("max_attempts", max_attempts), ("key", key), ("delay", delay),
-            ("run_at", run_at), ("unique", tuple(sorted(unique.items())) or None))
+            ("run_at", run_at), ("timeout", timeout),
+            ("unique", tuple(sorted(unique.items())) or None))
             if v is not None}
         return replace(self, defaults=replace(self.defaults, **changes))
 
@@ -129,7 +133,7 @@ class Task(Generic[P, R]):
         o = self.defaults
         return {"queue": o.queue, "payload": self.payload(args, kwargs), "priority": o.priority,
                 "max_attempts": o.max_attempts, "key": o.key, "delay": o.delay,
-                "run_at": o.run_at, **dict(o.unique)}
+                "run_at": o.run_at, "timeout": o.timeout, **dict(o.unique)}
 
     def enqueue_result(self, *args: Any, conn: Any = None, using: Queue | None = None,
                        **kwargs: Any) -> EnqueueResult:
@@ -166,11 +170,15 @@ def _target(using: Any) -> Any:
 
 
 def task(*, queue: str, name: str | None = None, priority: int = 0,
-         max_attempts: int | None = None) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """Register a function (``def`` or ``async def``) as a task of ``queue``."""
+         max_attempts: int | None = None,
+         timeout: Any = None) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """Register a function (``def`` or ``async def``) as a task of ``queue``; ``timeout``
+    (seconds, a timedelta or ``'30s'``) is the longest one attempt of its jobs may run."""
+    if timeout is not None:
+        seconds_of(timeout, "timeout")  # refused now, not at the first enqueue
     defaults = JobOptions(queue=validate_queue(queue), priority=validate_priority(priority),
                           max_attempts=None if max_attempts is None else
-                          positive_int(max_attempts, "max_attempts"))
+                          positive_int(max_attempts, "max_attempts"), timeout=timeout)
 
     def register(fn: Callable[P, R]) -> Task[P, R]:
         if not callable(fn) or inspect.isgeneratorfunction(fn) or \

@@ -46,12 +46,12 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIM
 -- not say which happened: with CLIENT.FOUND_ROWS, which SQLAlchemy, Django and portq set,
 -- an inserted and an unchanged row both count 1.)
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
         :max_attempts, :key, UTC_TIMESTAMP(6),
-        :concurrency_key, :concurrency_limit);
+        :concurrency_key, :concurrency_limit, :timeout_ms);
 
 -- name: insert_jobs_bulk
 -- Many jobs without a key in one multi-row INSERT (MysqlBackend.insert_jobs): the VALUES
@@ -59,12 +59,12 @@ VALUES (:queue, :payload, :priority,
 -- MariaDB appends RETURNING job_id; MySQL reads the first id (LAST_INSERT_ID) and the
 -- auto-increment step, which are consecutive per statement in lock modes 0 and 1.
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
         :max_attempts, NULL, UTC_TIMESTAMP(6),
-        :concurrency_key, :concurrency_limit);
+        :concurrency_key, :concurrency_limit, :timeout_ms);
 
 -- name: autoinc_settings
 SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment;
@@ -105,7 +105,7 @@ WHERE job_id IN (:ids);
 
 SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), lease_until, CONVERT(concurrency_key USING utf8mb4),
-       concurrency_limit
+       concurrency_limit, timeout_ms
 FROM portq_job
 WHERE job_id IN (:ids)
 ORDER BY priority DESC, run_at, job_id;
@@ -181,9 +181,23 @@ SELECT attempt, CONVERT(worker_id USING utf8mb4), error, failed_at FROM portq_jo
 WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
+-- Give a claimed job back unstarted (shutdown, a stale look-ahead, a late claim). Its
+-- attempt is given back (max_attempts + 1, given_back + 1) while given_back is under the
+-- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
+-- job is never claimed without end without a handler running it; past that the give-back
+-- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
+-- MySQL/MariaDB assign left to right, each later expression seeing the earlier ones'
+-- new values: state, finished_at and last_error come first (old values); given_back's
+-- test, read after max_attempts grew by the same CASE, is 2 * given_back < max_attempts - 1.
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
-    run_at = UTC_TIMESTAMP(6)
+SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN 'ready' ELSE 'dead' END,
+    finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE UTC_TIMESTAMP(6) END,
+    last_error = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN last_error
+                      ELSE CONCAT('given back unstarted ', given_back, ' times with its attempt, ',
+                                  'then with its last one') END,
+    max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts - 1 THEN 1 ELSE 0 END,
+    worker_id = NULL, lease_until = NULL, run_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
 
@@ -523,3 +537,14 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- portq_job_lease_idx needs no state filter: one index read. A consistent read, no lock.
 SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), MIN(lease_until)) DIV 1000
 FROM portq_job;
+
+-- name: snooze
+-- A handler raised portq.Snooze: back to ready after :delay_ms without spending the attempt
+-- (max_attempts + 1), at most :max_snoozes times per job (then nothing changes and the
+-- worker records the attempt as failed instead); fenced like every owner's write.
+UPDATE portq_job
+SET state = 'ready', run_at = UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND,
+    max_attempts = max_attempts + 1, snoozes = snoozes + 1, worker_id = NULL,
+    lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6) AND snoozes < :max_snoozes;

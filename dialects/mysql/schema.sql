@@ -175,3 +175,16 @@ ALTER TABLE portq_job
     ADD CONSTRAINT portq_job_ckey_ck CHECK (
         concurrency_key IS NULL AND concurrency_limit IS NULL
         OR LENGTH(concurrency_key) >= 1 AND concurrency_limit > 0);
+
+-- migration: 9
+-- The worker runtime's per-job columns: timeout_ms, the longest one attempt may run
+-- (enqueue(timeout=); NULL: the worker's job_timeout, if any); snoozes, how often a handler
+-- rescheduled the job with portq.Snooze (which gives its attempt back, at most
+-- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
+-- (release), bounded by its attempt budget so that a job is never claimed without end.
+-- One atomic ALTER (MysqlBackend.run_ddl treats 1060, a duplicate column, as applied).
+ALTER TABLE portq_job
+    ADD COLUMN timeout_ms INT NULL,
+    ADD COLUMN snoozes    INT NOT NULL DEFAULT 0,
+    ADD COLUMN given_back INT NOT NULL DEFAULT 0,
+    ADD CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0);

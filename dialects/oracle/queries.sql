@@ -35,11 +35,11 @@ VALUES (:version, SYS_EXTRACT_UTC(SYSTIMESTAMP))
 -- catches it and looks the key up, and the caller's transaction goes on.
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS TIMESTAMP(6)),
                  SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')),
-        :max_attempts, :key, :concurrency_key, :concurrency_limit)
+        :max_attempts, :key, :concurrency_key, :concurrency_limit, :timeout_ms)
 RETURNING job_id INTO :job_id
 
 -- name: job_id_by_key
@@ -79,7 +79,7 @@ WHERE job_id IN (:ids) AND state = 'ready'
 
 -- name: claimed
 SELECT job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
-       concurrency_key, concurrency_limit
+       concurrency_key, concurrency_limit, timeout_ms
 FROM portq_job
 WHERE job_id IN (:ids) AND state = 'running' AND worker_id = :worker_id
 ORDER BY priority DESC, run_at, job_id
@@ -150,9 +150,21 @@ SELECT attempt, worker_id, error, failed_at FROM portq_job_error
 WHERE job_id = :job_id ORDER BY attempt
 
 -- name: release
+-- Give a claimed job back unstarted (shutdown, a stale look-ahead, a late claim). Its
+-- attempt is given back (max_attempts + 1, given_back + 1) while given_back is under the
+-- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
+-- job is never claimed without end without a handler running it; past that the give-back
+-- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
+-- (SET expressions see the row as it was before the UPDATE.)
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
-    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN 'ready' ELSE 'dead' END,
+    finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE SYS_EXTRACT_UTC(SYSTIMESTAMP) END,
+    last_error = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN last_error
+                      ELSE TO_CLOB('given back unstarted ' || given_back
+                                   || ' times with its attempt, then with its last one') END,
+    max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    worker_id = NULL, lease_until = NULL, run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
 
@@ -519,3 +531,16 @@ ALTER SESSION SET DDL_LOCK_TIMEOUT = 30
 
 -- name: ddl_lock_nowait
 ALTER SESSION SET DDL_LOCK_TIMEOUT = 0
+
+-- name: snooze
+-- A handler raised portq.Snooze: back to ready after :delay_ms without spending the attempt
+-- (max_attempts + 1), at most :max_snoozes times per job (then nothing changes and the
+-- worker records the attempt as failed instead); fenced like every owner's write.
+UPDATE portq_job
+SET state = 'ready',
+    run_at = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND'),
+    max_attempts = max_attempts + 1, snoozes = snoozes + 1, worker_id = NULL,
+    lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+  AND snoozes < :max_snoozes

@@ -148,3 +148,16 @@ ALTER TABLE portq_job ADD (
 CREATE INDEX portq_job_ckey_idx ON portq_job (
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END,
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN concurrency_key END);
+
+-- migration: 9
+-- The worker runtime's per-job columns: timeout_ms, the longest one attempt may run
+-- (enqueue(timeout=); NULL: the worker's job_timeout, if any); snoozes, how often a handler
+-- rescheduled the job with portq.Snooze (which gives its attempt back, at most
+-- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
+-- (release), bounded by its attempt budget so that a job is never claimed without end.
+-- A column added with DEFAULT ... NOT NULL gets the default in every existing row.
+ALTER TABLE portq_job ADD (
+    timeout_ms NUMBER(10) CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
+    snoozes    NUMBER(10) DEFAULT 0 NOT NULL,
+    given_back NUMBER(10) DEFAULT 0 NOT NULL
+);

@@ -23,10 +23,11 @@ INSERT INTO portq_schema_version (version) VALUES (:version);
 
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 VALUES (:queue, CAST(:payload AS jsonb), :priority,
         COALESCE(CAST(:run_at AS timestamptz), now() + :delay_ms * interval '1 millisecond'),
-        :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer))
+        :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer),
+        CAST(:timeout_ms AS integer))
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -39,7 +40,7 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 -- name: insert_jobs_bulk
 -- Many jobs in one statement (PostgresBackend.insert_jobs). :jobs is a JSON array of
 -- {"queue", "payload" (JSON text), "priority", "run_at", "delay_ms", "max_attempts",
--- "job_key", "concurrency_key", "concurrency_limit"};
+-- "job_key", "concurrency_key", "concurrency_limit", "timeout_ms"};
 -- ids are drawn in array order, so they ascend as the jobs were given, and each row
 -- says whether it was inserted or its key already existed.
 WITH src AS MATERIALIZED (
@@ -47,14 +48,14 @@ WITH src AS MATERIALIZED (
     FROM jsonb_to_recordset(CAST(:jobs AS jsonb))
          AS t(queue text, payload text, priority integer, run_at timestamptz,
               delay_ms bigint, max_attempts integer, job_key text, concurrency_key text,
-              concurrency_limit integer)
+              concurrency_limit integer, timeout_ms integer)
 ), ins AS (
     INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key,
-                           concurrency_key, concurrency_limit)
+                           concurrency_key, concurrency_limit, timeout_ms)
     OVERRIDING SYSTEM VALUE
     SELECT job_id, queue, CAST(payload AS jsonb), priority,
            COALESCE(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts,
-           job_key, concurrency_key, concurrency_limit
+           job_key, concurrency_key, concurrency_limit, timeout_ms
     FROM src
     ORDER BY job_id
     ON CONFLICT (job_key) DO NOTHING
@@ -94,7 +95,7 @@ SET state = 'running',
 FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit;
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.timeout_ms;
 
 -- name: renew
 UPDATE portq_job
@@ -150,9 +151,20 @@ SELECT attempt, worker_id, error, failed_at FROM portq_job_error
 WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
+-- Give a claimed job back unstarted (shutdown, a stale look-ahead, a late claim). Its
+-- attempt is given back (max_attempts + 1, given_back + 1) while given_back is under the
+-- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
+-- job is never claimed without end without a handler running it; past that the give-back
+-- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
-    run_at = now()
+SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN 'ready' ELSE 'dead' END,
+    finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE now() END,
+    last_error = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN last_error
+                      ELSE 'given back unstarted ' || given_back || ' times with its attempt, '
+                           || 'then with its last one' END,
+    max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    worker_id = NULL, lease_until = NULL, run_at = now()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > now();
 
@@ -499,3 +511,14 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- fixed tick. min() reads the first entry of portq_job_lease_idx (running rows only).
 SELECT CAST(EXTRACT(EPOCH FROM (min(lease_until) - now())) * 1000 AS bigint)
 FROM portq_job WHERE state = 'running';
+
+-- name: snooze
+-- A handler raised portq.Snooze: back to ready after :delay_ms without spending the attempt
+-- (max_attempts + 1), at most :max_snoozes times per job (then nothing changes and the
+-- worker records the attempt as failed instead); fenced like every owner's write.
+UPDATE portq_job
+SET state = 'ready', run_at = now() + :delay_ms * interval '1 millisecond',
+    max_attempts = max_attempts + 1, snoozes = snoozes + 1, worker_id = NULL,
+    lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > now() AND snoozes < :max_snoozes;

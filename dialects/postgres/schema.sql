@@ -121,3 +121,14 @@ ALTER TABLE portq_job
 -- rows only: a few entries per key)
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 9
+-- The worker runtime's per-job columns: timeout_ms, the longest one attempt may run
+-- (enqueue(timeout=); NULL: the worker's job_timeout, if any); snoozes, how often a handler
+-- rescheduled the job with portq.Snooze (which gives its attempt back, at most
+-- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
+-- (release), bounded by its attempt budget so that a job is never claimed without end.
+ALTER TABLE portq_job
+    ADD COLUMN timeout_ms integer CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
+    ADD COLUMN snoozes    integer NOT NULL DEFAULT 0,
+    ADD COLUMN given_back integer NOT NULL DEFAULT 0;

@@ -23,11 +23,11 @@ VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 VALUES (:queue, :payload, :priority,
         COALESCE(:run_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000),
         :max_attempts, :key, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
-        :concurrency_key, :concurrency_limit)
+        :concurrency_key, :concurrency_limit, :timeout_ms)
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -57,7 +57,7 @@ WHERE job_id IN (
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
-          concurrency_key, concurrency_limit;
+          concurrency_key, concurrency_limit, timeout_ms;
 
 -- name: renew
 UPDATE portq_job
@@ -124,8 +124,20 @@ SELECT attempt, worker_id, error, failed_at FROM portq_job_error
 WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
+-- Give a claimed job back unstarted (shutdown, a stale look-ahead, a late claim). Its
+-- attempt is given back (max_attempts + 1, given_back + 1) while given_back is under the
+-- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
+-- job is never claimed without end without a handler running it; past that the give-back
+-- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
+SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN 'ready' ELSE 'dead' END,
+    finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) END,
+    last_error = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN last_error
+                      ELSE 'given back unstarted ' || given_back || ' times with its attempt, '
+                           || 'then with its last one' END,
+    max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    worker_id = NULL, lease_until = NULL,
     run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running'
@@ -443,3 +455,15 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 SELECT (min(lease_until) - CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
        / 1000
 FROM portq_job WHERE state = 'running';
+
+-- name: snooze
+-- A handler raised portq.Snooze: back to ready after :delay_ms without spending the attempt
+-- (max_attempts + 1), at most :max_snoozes times per job (then nothing changes and the
+-- worker records the attempt as failed instead); fenced like every owner's write.
+UPDATE portq_job
+SET state = 'ready', run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000,
+    max_attempts = max_attempts + 1, snoozes = snoozes + 1, worker_id = NULL,
+    lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+  AND snoozes < :max_snoozes;

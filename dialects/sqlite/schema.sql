@@ -118,3 +118,13 @@ ALTER TABLE portq_job ADD COLUMN concurrency_limit INTEGER
 -- counts a key's running jobs for the claim's row filter and its recount
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 9
+-- The worker runtime's per-job columns: timeout_ms, the longest one attempt may run
+-- (enqueue(timeout=); NULL: the worker's job_timeout, if any); snoozes, how often a handler
+-- rescheduled the job with portq.Snooze (which gives its attempt back, at most
+-- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
+-- (release), bounded by its attempt budget so that a job is never claimed without end.
+ALTER TABLE portq_job ADD COLUMN timeout_ms INTEGER CHECK (timeout_ms > 0);
+ALTER TABLE portq_job ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE portq_job ADD COLUMN given_back INTEGER NOT NULL DEFAULT 0;

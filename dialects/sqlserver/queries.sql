@@ -93,14 +93,15 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, SYSUTCD
 -- rolled back, the transaction goes on: XACT_ABORT OFF) before reading the existing id.
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, timeout_ms)
 OUTPUT inserted.job_id
 SELECT :queue, :payload, :priority,
        COALESCE(CAST(:run_at AS DATETIME2(6)),
                 DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
                         DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))),
        :max_attempts, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020)),
-       CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020)), CAST(:concurrency_limit AS INT)
+       CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020)), CAST(:concurrency_limit AS INT),
+       CAST(:timeout_ms AS INT)
 WHERE NOT EXISTS (
     SELECT 1 FROM portq_job
     WHERE :key IS NOT NULL AND job_key IS NOT NULL
@@ -118,7 +119,7 @@ WHERE job_key IS NOT NULL AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARB
 -- name: claim
 WITH c AS (
     SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
-           job_key, worker_id, lease_until, concurrency_key, concurrency_limit
+           job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
@@ -145,7 +146,7 @@ OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, ins
        inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
        inserted.lease_until,
        CAST(inserted.concurrency_key AS NVARCHAR(510)) AS concurrency_key,
-       inserted.concurrency_limit;
+       inserted.concurrency_limit, inserted.timeout_ms;
 
 -- name: renew
 UPDATE portq_job
@@ -218,9 +219,21 @@ SELECT attempt, worker_id, error, failed_at FROM portq_job_error WITH (READPAST,
 WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
+-- Give a claimed job back unstarted (shutdown, a stale look-ahead, a late claim). Its
+-- attempt is given back (max_attempts + 1, given_back + 1) while given_back is under the
+-- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
+-- job is never claimed without end without a handler running it; past that the give-back
+-- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
+-- (SET expressions see the row as it was before the UPDATE.)
 UPDATE portq_job
-SET state = N'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
-    run_at = SYSUTCDATETIME()
+SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN N'ready' ELSE N'dead' END,
+    finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE SYSUTCDATETIME() END,
+    last_error = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN last_error
+                      ELSE CONCAT(N'given back unstarted ', given_back,
+                                  N' times with its attempt, then with its last one') END,
+    max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
+    worker_id = NULL, lease_until = NULL, run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
@@ -594,3 +607,19 @@ SELECT compatibility_level, DB_NAME() FROM sys.databases WHERE database_id = DB_
 SELECT DATEDIFF_BIG(MILLISECOND, SYSUTCDATETIME(), MIN(lease_until))
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE state = N'running';
+
+-- name: snooze
+-- A handler raised portq.Snooze: back to ready after :delay_ms without spending the attempt
+-- (max_attempts + 1), at most :max_snoozes times per job (then nothing changes and the
+-- worker records the attempt as failed instead); fenced like every owner's write.
+-- The delay is added as whole days plus milliseconds, as insert_job's (DATEADD's number is
+-- an int).
+UPDATE portq_job
+SET state = N'ready',
+    run_at = DATEADD(MILLISECOND, CAST(:delay_ms % 86400000 AS INT),
+                     DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME())),
+    max_attempts = max_attempts + 1, snoozes = snoozes + 1, worker_id = NULL,
+    lease_until = NULL
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
+  AND state = N'running' AND lease_until > SYSUTCDATETIME() AND snoozes < :max_snoozes;

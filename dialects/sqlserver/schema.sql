@@ -189,3 +189,15 @@ ALTER TABLE portq_worker ADD CONSTRAINT portq_worker_pk PRIMARY KEY (worker_id);
 DROP INDEX portq_job_ready_idx ON portq_job;
 CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job_id)
     INCLUDE (attempts, max_attempts, concurrency_key, concurrency_limit) WHERE state = N'ready';
+
+-- migration: 9
+-- The worker runtime's per-job columns: timeout_ms, the longest one attempt may run
+-- (enqueue(timeout=); NULL: the worker's job_timeout, if any); snoozes, how often a handler
+-- rescheduled the job with portq.Snooze (which gives its attempt back, at most
+-- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
+-- (release), bounded by its attempt budget so that a job is never claimed without end.
+-- A NOT NULL column added WITH a DEFAULT gets the default in every existing row.
+ALTER TABLE portq_job ADD
+    timeout_ms INT NULL CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
+    snoozes    INT NOT NULL CONSTRAINT portq_job_snoozes_df DEFAULT 0,
+    given_back INT NOT NULL CONSTRAINT portq_job_given_back_df DEFAULT 0;

@@ -542,6 +542,7 @@ class SqlBackend(Backend):
             "run_at": None if job.run_at is None else self.to_db_time(job.run_at),
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
             "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
+            "timeout_ms": job.timeout_ms,
         }
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
@@ -677,14 +678,15 @@ class SqlBackend(Backend):
     def job_from_row(self, row: Sequence[Any], worker_id: str,
                      start_by: float | None = None, leased_at: float | None = None) -> Job:
         (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
-         concurrency_key, _) = row
+         concurrency_key, _, timeout_ms) = row
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
         return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
                    priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                   start_by=start_by, leased_at=leased_at)
+                   start_by=start_by, leased_at=leased_at,
+                   timeout=None if timeout_ms is None else int(timeout_ms) / 1000)
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
@@ -739,6 +741,10 @@ class SqlBackend(Backend):
 
     def release(self, claim: Claim) -> bool:
         return self._guarded("release", self.guard(claim))
+
+    def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
+        return self._guarded("snooze", {**self.guard(claim), "delay_ms": delay_ms,
+                                        "max_snoozes": max_snoozes})
 
     def fail_params(self, claim: Claim, error: str, retry_in_ms: int | None) -> dict[str, Any]:
         """Parameters of the ``fail`` statement (also used by :mod:`portq.aio`). NUL and

@@ -175,7 +175,8 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
             f'"delay_ms":{job.delay_ms:d},"max_attempts":{job.max_attempts:d},'
             f'"job_key":{json.dumps(job.key)},'
             f'"concurrency_key":{json.dumps(job.concurrency_key)},'
-            f'"concurrency_limit":{json.dumps(job.concurrency_limit)}}}')
+            f'"concurrency_limit":{json.dumps(job.concurrency_limit)},'
+            f'"timeout_ms":{json.dumps(job.timeout_ms)}}}')
     return "[" + ",".join(parts) + "]"
 
 

@@ -6,6 +6,7 @@ that runs past its timeout, and a database call that stalls."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
@@ -16,9 +17,10 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import counts, quiet_worker, raw_update, running, wait_until
 from portq.conformance.plugin import raw_connection
 from portq.job import Job
+from portq.queue import MAX_SNOOZES
 from portq.retry import Backoff
 
 
@@ -161,6 +163,95 @@ def test_a_dead_workers_jobs_come_back_about_one_lease_after_it_died(
         assert wait_until(lambda: bool(ran_at), timeout=20)
     assert claimed.id == job_id
     assert ran_at[0] - died < 1.5 + 1.5, ran_at[0] - died
+
+
+def test_a_jobs_own_timeout_outranks_the_workers(queue: portq.Queue, qname: str) -> None:
+    """``enqueue(timeout=)`` (and a task's ``timeout``) bounds that job's attempts whatever
+    the worker's ``job_timeout``; a job without one keeps the worker's."""
+    short = queue.enqueue(qname, "short", timeout="300ms", max_attempts=1)
+    plain = queue.enqueue(qname, "plain", max_attempts=1)
+    ran: dict[int, float] = {}
+
+    async def handler(job: Job) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.sleep(0.8)
+        finally:
+            ran[job.id] = time.monotonic() - started
+
+    worker = quiet_worker(queue, qname, handler, concurrency=2, lease=5, job_timeout=30,
+                          idle_min=0.01, idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: counts(queue, qname)["dead"] == 1 and
+                          counts(queue, qname)["succeeded"] == 1, timeout=30), \
+            counts(queue, qname)
+    record = queue.job(short)
+    assert record is not None and "JobTimeout" in (record.last_error or "")
+    assert ran[short] < 0.7 <= ran[plain]
+
+
+def test_snooze_reschedules_without_spending_an_attempt(queue: portq.Queue,
+                                                        qname: str) -> None:
+    """``raise portq.Snooze(delay)``: the job runs again after the delay, its attempt
+    given back (max_attempts 1 and three snoozes: it still runs to success); RetryAfter
+    spends one."""
+    job_id = queue.enqueue(qname, "x", max_attempts=1)
+    seen: list[tuple[int, float]] = []
+
+    def handler(job: Job) -> None:
+        seen.append((job.attempt, time.monotonic()))
+        if len(seen) <= 3:
+            raise portq.Snooze("200ms")
+
+    worker = quiet_worker(queue, qname, handler, concurrency=1, lease=5, idle_min=0.01,
+                          idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == 1, timeout=30), \
+            counts(queue, qname)
+    assert [a for a, _ in seen] == [1, 2, 3, 4]
+    assert all(b - a >= 0.19 for (_, a), (_, b) in itertools.pairwise(seen))
+    record = queue.job(job_id)
+    assert record is not None and record.max_attempts == 4  # 1 + three given back
+    assert worker.counters.snoozed == 3 and worker.counters.retried == 0
+
+
+def test_a_job_snoozed_past_the_most_counts_the_attempt_as_failed(
+        queue: portq.Queue, qname: str) -> None:
+    """Past MAX_SNOOZES a Snooze is that attempt's failure, naming the bound."""
+    job_id = queue.enqueue(qname, "x", max_attempts=1)
+    assert raw_update(queue, "UPDATE portq_job SET snoozes = :n WHERE job_id = :job_id",
+                      {"n": MAX_SNOOZES, "job_id": job_id}) is None
+
+    def handler(job: Job) -> None:
+        raise portq.Snooze(0)
+
+    worker = quiet_worker(queue, qname, handler, concurrency=1, lease=5, idle_min=0.01,
+                          idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: counts(queue, qname)["dead"] == 1, timeout=30)
+    record = queue.job(job_id)
+    assert record is not None and f"snoozed {MAX_SNOOZES} times" in (record.last_error or "")
+
+
+def test_give_backs_keep_the_attempt_only_within_the_jobs_budget(queue: portq.Queue,
+                                                                 qname: str) -> None:
+    """``release`` gives the attempt back while the job's give-backs stay under its own
+    budget; then it spends the attempt, and a job with none left goes dead saying why: a
+    job is never claimed without end without a handler running it."""
+    job_id = queue.enqueue(qname, "x", max_attempts=2)
+    claims = 0
+    while True:
+        jobs = queue.claim(qname, "giver:1:0", limit=1, lease=30)
+        if not jobs:
+            break
+        claims += 1
+        assert queue.release(jobs[0])
+        assert claims < 50, "claimed without end"
+    record = queue.job(job_id)
+    assert record is not None and record.state == "dead"
+    assert "given back unstarted" in (record.last_error or "")
+    # budget 2: two give-backs kept the attempt (max 2 -> 4), then attempts 3 and 4 spent
+    assert claims == 4 and record.attempts == record.max_attempts == 4
 
 
 @contextmanager

@@ -24,13 +24,14 @@ from typing import Any, Protocol
 from portq.errors import ConfigurationError
 from portq.handler import HandlerRunner
 from portq.job import Job
-from portq.queue import Queue, _claim_of, validate_queue
+from portq.queue import MAX_SNOOZES, Queue, _claim_of, validate_queue
 from portq.retry import Backoff
 from portq.runtime.counters import Outcomes, WorkerCounters, WriteRetry
 from portq.runtime.execution import (
     DEAD,
     RELEASE,
     RETRY,
+    SNOOZE,
     SUCCEEDED,
     Outcome,
     outcome_of,
@@ -403,7 +404,8 @@ class Runtime:
             if refusal is None:
                 self._started += 1
                 self._futile = 0
-                timeout = self.settings.job_timeout
+                timeout = job.timeout if job.timeout is not None else \
+                    self.settings.job_timeout
                 self._running[job.id] = (job, None if timeout is None
                                          else time.monotonic() + timeout)
                 return True
@@ -495,6 +497,8 @@ class Runtime:
                 self._write_failure(o)
             elif o.kind == RELEASE:
                 self._release([o.job], o.error)
+            elif o.kind == SNOOZE:
+                self._write_snooze(o)
         with self._lock:
             for o in outcomes:
                 if self._acking.get(o.job.id) is o.job:
@@ -519,6 +523,24 @@ class Runtime:
                                                                     retry_in=retry_in)])
         if written is not None:
             self._record(o.job, o.kind, written[0][0], written[1], o.error, retry_in)
+
+    def _write_snooze(self, o: Outcome) -> None:
+        """Reschedule a snoozed job (its attempt given back); past the most snoozes a job
+        may have, the attempt fails instead."""
+        delay = o.retry_in or 0.0
+        with self.watch("snooze"):
+            written = self._write([o.job], lambda: [self.queue.snooze(o.job, delay)])
+        if written is None:
+            return
+        if written[0][0]:
+            self.outcomes.snoozed(o.job, delay)
+            return
+        if self._was_cancelled([o.job])[0]:
+            self.outcomes.cancelled(o.job, "its snooze's write was refused")
+            return
+        self._write_failure(Outcome(o.job, RETRY, f"Snooze: snoozed {MAX_SNOOZES} times "
+                                    "already, the most a job may be; this attempt counts as "
+                                    "failed", self.backoff.delay(o.job.attempt)))
 
     def _write(self, jobs: Sequence[Job], write: Callable[[], list[bool]]
                ) -> tuple[list[bool], bool] | None:
@@ -657,7 +679,8 @@ class Runtime:
             if not job.timed_out():
                 if job.cancelled():
                     continue  # cancelled or lost meanwhile: counted already
-                timeout = self.settings.job_timeout
+                timeout = job.timeout if job.timeout is not None else \
+                    self.settings.job_timeout
                 # the failure is handed over before the handler is told, so that a handler
                 # returning at once finds its job already failing (nothing else written)
                 self._hand_over(job, Outcome(job, RETRY, f"JobTimeout: job {job.id} ran past "

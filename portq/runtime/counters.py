@@ -26,6 +26,8 @@ class WorkerCounters:
     released: int = 0
     reaped: int = 0
     pruned: int = 0
+    #: jobs a handler rescheduled with portq.Snooze (their attempt given back)
+    snoozed: int = 0
     #: attempts that ran past their timeout (failed with JobTimeout)
     timed_out: int = 0
     #: handler threads left behind after a timeout's grace (replaced, never reused)
@@ -113,6 +115,12 @@ class Outcomes:
         self.log.info("job.cancelled job_id=%d queue=%s generation=%d worker=%s: %s; the "
                       "handler was told, its outcome is not recorded", job.id, job.queue,
                       job.attempt, self.worker_id, how)
+
+    def snoozed(self, job: Job, delay: float) -> None:
+        """``job`` was rescheduled by its handler (portq.Snooze), its attempt given back."""
+        self.counters.add("snoozed", queue=job.queue)
+        self.log.info("job.snoozed job_id=%d queue=%s generation=%d worker=%s in=%.2fs",
+                      job.id, job.queue, job.attempt, self.worker_id, delay)
 
     def released(self, job: Job, why: str) -> None:
         """``job`` went back to ready, its attempt given back."""

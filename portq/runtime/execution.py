@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from portq.durations import seconds_of
 from portq.errors import ConfigurationError, Permanent
 from portq.job import Job
 
 #: the kinds of outcome a worker writes
-SUCCEEDED, RETRY, DEAD, RELEASE = "succeeded", "retry", "dead", "release"
+SUCCEEDED, RETRY, DEAD, RELEASE, SNOOZE = "succeeded", "retry", "dead", "release", "snooze"
 
 #: why a worker gives back a rate-limited job it could not start in time
 LATE_FOR_RATE_LIMIT = "not started within its rate limit's guard"
@@ -38,11 +39,23 @@ class RetryAfter(Exception):
         self.delay = delay
 
 
+class Snooze(Exception):
+    """Raise from a handler to run this job again after ``delay`` (seconds, a timedelta
+    or a duration such as ``'5m'``) without spending an attempt (unlike
+    :class:`RetryAfter`). A job may be snoozed :data:`portq.queue.MAX_SNOOZES` times; a
+    later Snooze counts as a failed attempt."""
+
+    def __init__(self, delay: Any, reason: str = "") -> None:
+        self.delay = seconds_of(delay, "Snooze delay")
+        super().__init__(reason or f"snoozed for {self.delay:g}s")
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What to write for one job: ``succeeded`` (with ``result``, the return value's JSON
-    text, or None), ``retry`` after ``retry_in`` seconds, ``dead``, or ``release`` (given
-    back unstarted, its attempt with it; ``error`` says why)."""
+    text, or None), ``retry`` after ``retry_in`` seconds, ``dead``, ``release`` (given
+    back unstarted, its attempt with it; ``error`` says why), or ``snooze`` (ready again
+    after ``retry_in`` seconds, its attempt given back)."""
 
     job: Job
     kind: str
@@ -90,4 +103,6 @@ def outcome_of(job: Job, exc: BaseException | None, result: Any,
         return Outcome(job, DEAD, f"{type(exc).__name__}: {exc}")
     if isinstance(exc, RetryAfter):
         return Outcome(job, RETRY, str(exc), max(0.0, exc.delay))
+    if isinstance(exc, Snooze):
+        return Outcome(job, SNOOZE, str(exc), exc.delay)
     return Outcome(job, RETRY, failure_summary(exc), backoff_delay(job.attempt))
