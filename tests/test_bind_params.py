@@ -54,7 +54,7 @@ ENGINE_CALLS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
     # parameters of job_params()
     ("mysql", "insert_jobs_bulk"): ("MysqlBackend.insert_jobs", frozenset({
         "queue", "payload", "priority", "run_at", "delay_ms", "max_attempts",
-        "concurrency_key", "concurrency_limit"})),
+        "concurrency_key", "concurrency_limit", "timeout_ms"})),
     ("sqlserver", "session_setup"): ("SqlServerBackend.connect", frozenset()),
     ("sqlserver", "migration_lock"): ("SqlServerBackend.migration_lock", frozenset()),
     ("sqlserver", "transaction_state"): ("SqlServerBackend.check_committable", frozenset()),
@@ -122,6 +122,8 @@ def _workload(queue: portq.Queue) -> None:
     queue.result(jobs[0].id)
     (job,) = queue.claim("a", "w2", limit=1)
     queue.release(job)
+    (job,) = queue.claim("a", "w2", limit=1)
+    queue.snooze(job, 0)
     queue.set_concurrency_limit("b", 1)
     queue.set_rate_limit("b", 5, per_seconds=1)
     for i in range(3):
@@ -240,11 +242,12 @@ def test_every_statement_uses_the_parameters_the_protocol_gives_it(
         "complete": {"job_id", "generation", "worker_id"},
         "fail": {"job_id", "generation", "worker_id", "error", "retryable", "retry_ms"},
         "release": {"job_id", "generation", "worker_id"},
+        "snooze": {"job_id", "generation", "worker_id", "delay_ms", "max_snoozes"},
         "lock_owned_job": {"job_id", "generation", "worker_id"},
         "unclaim": {"job_id", "generation", "worker_id"},
         "complete_many": {"claims"}, "renew_many": {"claims", "lease_ms"},
         "insert_job": {"queue", "payload", "priority", "run_at", "delay_ms", "max_attempts",
-                       "key", "concurrency_key", "concurrency_limit"},
+                       "key", "concurrency_key", "concurrency_limit", "timeout_ms"},
         "claim": {"queue", "worker_id", "lease_ms"},
         "jobs_by_run_at": {"after_run_at", "after_id", "limit"},
     }

@@ -398,3 +398,33 @@ def test_migration_2_keeps_every_value_and_makes_identifiers_exact() -> None:
     finally:
         _drop(old)
         old.close()
+
+
+@pytest.mark.parametrize("simultaneous", [False, True])
+def test_release_keeps_the_budget_whatever_the_assignment_order(
+        queue: portq.Queue, backend: MysqlBackend, simultaneous: bool) -> None:
+    """``release`` reads the same on MySQL's left-to-right assignments and on MariaDB's
+    ``SIMULTANEOUS_ASSIGNMENT`` sql_mode: with max_attempts 3, three give-backs keep the
+    attempt (2 * given_back < max_attempts: 0 < 3, 2 < 4, 4 < 5), the fourth spends it."""
+    qname = f"rel-{uuid.uuid4().hex[:8]}"
+    job_id = queue.enqueue(qname, "x", max_attempts=3)
+    seen = []
+    for _ in range(4):
+        (job,) = queue.claim(qname, "w:1:0", limit=1, lease=30)
+        assert job.claim is not None
+        with backend.transaction() as cur:
+            mode = "CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')" if simultaneous else \
+                "REPLACE(@@sql_mode, 'SIMULTANEOUS_ASSIGNMENT', '')"
+            cur.execute(f"SET SESSION sql_mode = {mode}")
+            try:
+                assert backend.execute(cur, "release", backend.guard(job.claim)).rowcount == 1
+            finally:
+                cur.execute("SET SESSION sql_mode = REPLACE(@@sql_mode, "
+                            "'SIMULTANEOUS_ASSIGNMENT', '')")
+        with backend.transaction() as cur:
+            cur.execute(f"SELECT attempts, max_attempts, given_back, state FROM "
+                        f"{backend.prefix}job WHERE job_id = %s", (job_id,))
+            attempts, max_attempts, given_back, state = cur.fetchone()
+            seen.append((attempts, max_attempts, given_back, bytes(state).decode()))
+    assert seen == [(1, 4, 1, "ready"), (2, 5, 2, "ready"), (3, 6, 3, "ready"),
+                    (4, 6, 3, "ready")], seen

@@ -47,6 +47,7 @@ SAMPLE: dict[str, Any] = {
     "done_ids": 0, "done_generations": 0, "after_id": 0, "name": "portq_job", "window_ms": 3600000,
     "result": "{}", "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency_key": "account:42", "concurrency_limit": 1, "rate_limit": 50,
+    "timeout_ms": 30000, "max_snoozes": 100,
     "rate_log": "[[1,2]]",
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
     "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
@@ -62,9 +63,11 @@ BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "ins
                 "workers", "unique_ensure", "unique_lock", "unique_job", "unique_point",
                 "set_paused", "queue_control", "running_count", "set_concurrency_limit",
                 "paused_queues", "queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log",
-                "ensure_queue", "key_running_count", "unclaim", "pending"}
+                "ensure_queue", "key_running_count", "unclaim", "pending",
+                "next_lease_expiry_ms", "snooze"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
-                 "job_key", "lease_until", "concurrency_key", "concurrency_limit"]
+                 "job_key", "lease_until", "concurrency_key", "concurrency_limit",
+                 "timeout_ms"]
 
 
 def _statements(engine: str, prefix: str) -> list[tuple[str, str]]:
@@ -738,3 +741,47 @@ def test_oracle_next_lease_expiry_extracts_the_interval_exactly() -> None:
     schema = " ".join(" ".join(s.split()) for _, st in load_migrations("oracle") for s in st)
     assert "portq_job_lease_idx ON portq_job ( CASE WHEN state = 'running' THEN lease_until " \
         "END)" in schema
+
+
+def test_release_decides_from_the_rows_old_values_on_sqlserver_and_oracle() -> None:
+    """T-SQL and Oracle evaluate every SET expression against the row before the UPDATE
+    (SQL-92 <update statement: searched>, General Rule 6), so release's CASEs all read the
+    old given_back and max_attempts; the last_error of a spent give-back is CLOB-typed on
+    Oracle (TO_CLOB) to match last_error in the CASE."""
+    for engine in ("sqlserver", "oracle"):
+        sql = " ".join(load_queries(engine)["release"].split())
+        assert sql.count("2 * given_back < max_attempts") == 5, engine
+        assert "max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts" in sql
+        assert "given_back = given_back + CASE WHEN 2 * given_back < max_attempts" in sql
+        tree = _one(engine, "release")
+        assert isinstance(tree, exp.Update)
+    assert "TO_CLOB('given back unstarted '" in load_queries("oracle")["release"]
+
+
+def test_snooze_is_fenced_and_bounded_on_sqlserver_and_oracle() -> None:
+    """snooze repeats the owner's guard (generation, worker, running, unexpired lease; the
+    worker id compared by DATALENGTH of an NVARCHAR on SQL Server) and stops at
+    :max_snoozes; the delay is added as days plus milliseconds (DATEADD takes an int) on
+    SQL Server and as NUMTODSINTERVAL seconds on Oracle."""
+    ss = " ".join(load_queries("sqlserver")["snooze"].split())
+    assert "DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))" in ss
+    assert "DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME())" in ss
+    ora = " ".join(load_queries("oracle")["snooze"].split())
+    assert "NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')" in ora
+    for sql in (ss, ora):
+        assert "attempts = :generation AND worker_id = :worker_id" in sql
+        assert "snoozes < :max_snoozes" in sql and "max_attempts = max_attempts + 1" in sql
+
+
+def test_migration_9_fills_existing_rows_on_sqlserver_and_oracle() -> None:
+    """The counters are added NOT NULL with a DEFAULT, which existing rows get: on SQL
+    Server a NOT NULL column's default fills existing rows (WITH VALUES is for nullable
+    ones; ALTER TABLE, column_definition), on Oracle DEFAULT ... NOT NULL."""
+    ss = " ".join(" ".join(st.split()) for v, sts in load_migrations("sqlserver") if v == 9
+                  for st in sts)
+    assert "snoozes INT NOT NULL CONSTRAINT portq_job_snoozes_df DEFAULT 0" in ss
+    assert "given_back INT NOT NULL CONSTRAINT portq_job_given_back_df DEFAULT 0" in ss
+    ora = " ".join(" ".join(st.split()) for v, sts in load_migrations("oracle") if v == 9
+                   for st in sts)
+    assert "snoozes NUMBER(10) DEFAULT 0 NOT NULL" in ora
+    assert "given_back NUMBER(10) DEFAULT 0 NOT NULL" in ora

@@ -186,9 +186,10 @@ WHERE job_id = :job_id ORDER BY attempt;
 -- job's own budget (max_attempts - given_back, i.e. 2 * given_back < max_attempts), so a
 -- job is never claimed without end without a handler running it; past that the give-back
 -- spends the attempt, and a job whose attempts are then spent goes dead, saying why.
--- MySQL/MariaDB assign left to right, each later expression seeing the earlier ones'
--- new values: state, finished_at and last_error come first (old values); given_back's
--- test, read after max_attempts grew by the same CASE, is 2 * given_back < max_attempts - 1.
+-- MySQL (and MariaDB unless sql_mode has SIMULTANEOUS_ASSIGNMENT) assigns left to right,
+-- each later expression seeing the earlier ones' new values. So state, finished_at and
+-- last_error come first (they read the old values), then max_attempts, then given_back,
+-- whose test gives the same answer either way: max_attempts grew only when the test held.
 UPDATE portq_job
 SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN 'ready' ELSE 'dead' END,
     finished_at = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts) THEN NULL ELSE UTC_TIMESTAMP(6) END,
@@ -196,7 +197,7 @@ SET state = CASE WHEN (2 * given_back < max_attempts OR attempts < max_attempts)
                       ELSE CONCAT('given back unstarted ', given_back, ' times with its attempt, ',
                                   'then with its last one') END,
     max_attempts = max_attempts + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
-    given_back = given_back + CASE WHEN 2 * given_back < max_attempts - 1 THEN 1 ELSE 0 END,
+    given_back = given_back + CASE WHEN 2 * given_back < max_attempts THEN 1 ELSE 0 END,
     worker_id = NULL, lease_until = NULL, run_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);

@@ -196,7 +196,8 @@ CREATE INDEX portq_job_ready_idx ON portq_job (queue, priority DESC, run_at, job
 -- rescheduled the job with portq.Snooze (which gives its attempt back, at most
 -- MAX_SNOOZES times); given_back, how often a worker gave it back unstarted with its attempt
 -- (release), bounded by its attempt budget so that a job is never claimed without end.
--- A NOT NULL column added WITH a DEFAULT gets the default in every existing row.
+-- A column added NOT NULL with a DEFAULT gets the default in every existing row (WITH
+-- VALUES is needed only for a nullable column: ALTER TABLE, column_definition).
 ALTER TABLE portq_job ADD
     timeout_ms INT NULL CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
     snoozes    INT NOT NULL CONSTRAINT portq_job_snoozes_df DEFAULT 0,
