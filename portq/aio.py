@@ -413,6 +413,7 @@ class AsyncWorker(WorkerFront):
         if registration is not None:
             await asyncio.to_thread(registration.start)
         self._log_started()
+        unbound = self._bound_statements()
         done: asyncio.Future[None] = loop.create_future()
 
         def body() -> None:
@@ -431,6 +432,7 @@ class AsyncWorker(WorkerFront):
             await done
             raise
         finally:
+            unbound()
             await executor.wait_stopped()
             if registration is not None:
                 await asyncio.to_thread(registration.stop)

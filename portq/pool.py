@@ -95,6 +95,16 @@ class Pool:
         for one in dead:
             close_quietly(one)
 
+    def discard_idle(self) -> None:
+        """Close the idle connections (the next ones are opened anew, e.g. with new session
+        settings)."""
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._size -= len(idle)
+            self._cond.notify_all()
+        for conn in idle:
+            close_quietly(conn)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

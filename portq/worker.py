@@ -73,9 +73,11 @@ class Worker(WorkerFront):
         if registration is not None:
             registration.start()
         self._log_started()
+        unbound = self._bound_statements()
         try:
             self.runtime.run(ThreadExecutor(self.settings.concurrency))
         finally:
+            unbound()
             if registration is not None:
                 registration.stop()
             if restore:

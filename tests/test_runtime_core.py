@@ -68,3 +68,40 @@ def test_next_lease_expiry_reads_the_earliest_running_lease(queue: portq.Queue,
     if before is None:
         assert 4000 <= ms <= 5000, ms
     assert queue.complete(job)
+
+
+def test_a_workers_connections_are_bounded_and_kept_alive(queue: portq.Queue,
+                                                           qname: str) -> None:
+    """While a worker runs, each statement of its queue's connections is bounded
+    server-side (its lease, at least 5 s), and their sockets probe a vanished server (TCP
+    keepalives), read from the connections themselves; the bound goes when it stops."""
+    backend = queue.backend
+    seen: list[int] = []
+    worker = portq.Worker(queue, qname, lambda job: seen.append(
+        backend.statement_timeout_ms), lease=12, burst=True, reap_interval=None,
+        prune_interval=None)
+    queue.enqueue(qname, "x")
+    worker.run()
+    assert seen == [12000] and backend.statement_timeout_ms == 0
+    backend.bound_statements(12000)
+    conn = backend.pool.acquire()
+    try:
+        cur = conn.cursor()
+        if backend.engine == "postgres":
+            cur.execute("SHOW statement_timeout")
+            assert cur.fetchone()[0] == "12s"
+            cur.execute("SHOW lock_timeout")
+            assert cur.fetchone()[0] == "6s"
+            params = conn.info.get_parameters()
+            assert params["keepalives"] == "1" and params["keepalives_idle"] == "30"
+        elif backend.engine == "mysql":
+            import socket
+            cur.execute("SELECT @@SESSION.innodb_lock_wait_timeout")
+            assert int(cur.fetchone()[0]) == 12
+            assert conn._sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            assert conn._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 30
+        cur.close()
+        conn.rollback()
+    finally:
+        backend.pool.release(conn)
+        backend.bound_statements(0)  # the suite's other tests share this queue

@@ -524,6 +524,18 @@ class SqlBackend(Backend):
         """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing
         transaction commits. Default: nothing; workers find new jobs by polling."""
 
+    #: the bound on one statement (and lock wait) of portq's own connections, in ms (0:
+    #: none); a worker sets it to its lease (:meth:`bound_statements`)
+    statement_timeout_ms = 0
+
+    def bound_statements(self, ms: int) -> None:
+        """Bound each statement and lock wait on portq's own connections (never a caller's
+        ``conn=``) to ``ms``, server-side where the engine can (each engine's
+        :meth:`connect` applies it); idle pooled connections are reopened with it."""
+        if ms != self.statement_timeout_ms:
+            self.statement_timeout_ms = ms
+            self.pool.discard_idle()
+
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(single_writer=self.single_writer,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -79,8 +80,18 @@ class MysqlBackend(SqlBackend):
         self._server_is_mariadb: bool | None = None
 
     def connect(self) -> Any:
-        return self.set_up_session(pymysql.connect(**self.connect_options),
-                                   lambda cur: cur.execute(SESSION_SETUP))
+        options = dict(self.connect_options)
+        seconds = -(-self.statement_timeout_ms // 1000)
+        if seconds:  # a worker's bound: no read waits longer than a statement may run
+            options.setdefault("read_timeout", seconds + 5)
+        conn = pymysql.connect(**options)
+        _keepalive(conn)
+
+        def setup(cur: Any) -> None:
+            cur.execute(SESSION_SETUP)
+            if seconds:  # lock waits bounded server-side (InnoDB's unit is seconds)
+                cur.execute(f"SET SESSION innodb_lock_wait_timeout = {int(seconds)}")
+        return self.set_up_session(conn, setup)
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, pymysql.err.InterfaceError):
@@ -251,6 +262,19 @@ def is_duplicate_key(exc: BaseException) -> bool:
     asyncmy all raise an ``IntegrityError`` whose ``args[0]`` is the server's error number."""
     return type(exc).__name__ == "IntegrityError" and bool(exc.args) and \
         exc.args[0] in DUPLICATE_KEY_CODES
+
+
+def _keepalive(conn: Any) -> None:
+    """TCP keepalives on a PyMySQL connection's socket (PyMySQL has no option for them):
+    the first probe after 30 s idle, then every 10 s, dead after 3 unanswered, so that a
+    server that vanished is noticed within about a minute. A Unix socket has none."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):  # Linux; macOS names the first TCP_KEEPALIVE
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 def _connect_options(url: DatabaseURL) -> dict[str, Any]:

@@ -163,6 +163,8 @@ class OracleBackend(SqlBackend):
                   if not (self.thick and k == "config_dir")}
         conn = oracledb.connect(user=self.url.username, password=self.url.password, **params)
         conn.autocommit = False
+        if self.statement_timeout_ms:  # a worker's bound on each round trip (ms)
+            conn.call_timeout = self.statement_timeout_ms + 5000
         conn.outputtypehandler = _lobs_as_strings
         return conn
 
@@ -362,6 +364,9 @@ def _connect_params(url: DatabaseURL, thick: bool = False) -> dict[str, Any]:
         except ValueError:
             raise ConfigurationError(
                 f"Oracle URL option {key}={value!r} is not a valid {kind.__name__}") from None
+    # probes that keep an idle connection alive and notice a vanished server (minutes;
+    # with 1, a dead peer is found within about a minute)
+    params.setdefault("expire_time", 1)
     if "sid" in params:
         params.pop("service_name", None)
     if "service_name" not in params and "sid" not in params:

@@ -58,6 +58,12 @@ SELECT 'done', job_id, NULL, NULL, NULL, attempts, NULL, NULL, NULL, NULL, NULL
 FROM done"""
 
 
+#: libpq keepalives: the first probe after 30 s idle, then every 10 s, the connection
+#: dead after 3 unanswered (60 s); tcp_user_timeout: unacknowledged data for 60 s ends it
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3, "tcp_user_timeout": 60000}
+
+
 class PostgresBackend(SqlBackend):
     engine = "postgres"
     paramstyle = "pyformat"
@@ -93,6 +99,13 @@ class PostgresBackend(SqlBackend):
         kw.update(self.url.query)
         kw.setdefault("connect_timeout", 10)
         kw.setdefault("application_name", "portq")
+        # a server that vanished is noticed within about a minute, idle or mid-statement
+        for name, value in KEEPALIVES.items():
+            kw.setdefault(name, value)
+        if self.statement_timeout_ms:  # a worker's bound (its lease): server-side
+            ms = self.statement_timeout_ms
+            bound = f"-c statement_timeout={ms} -c lock_timeout={max(1, ms // 2)}"
+            kw["options"] = f"{kw['options']} {bound}" if kw.get("options") else bound
         return kw
 
     def classify(self, exc: BaseException) -> ErrorKind:

@@ -243,7 +243,16 @@ class SqlServerBackend(SqlBackend):
         except Exception as exc:
             self._raise_setup_error(module, exc)
             raise
-        return self.set_up_session(conn, lambda cur: self.execute(cur, "session_setup"))
+        ms = self.statement_timeout_ms
+
+        def setup(cur: Any) -> None:
+            self.execute(cur, "session_setup")
+            if ms:  # a worker's bound on lock waits (an int literal: SET takes no parameter)
+                cur.execute(f"SET LOCK_TIMEOUT {int(ms)}")
+        conn = self.set_up_session(conn, setup)
+        if ms and self.dbapi == "pyodbc":  # pyodbc's query timeout (seconds; 0: none)
+            conn.timeout = -(-ms // 1000) + 5
+        return conn
 
     def login_timeout_kwargs(self) -> dict[str, Any]:
         """How the login timeout reaches the driver: pyodbc's ``timeout=`` is the login

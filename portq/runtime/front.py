@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from portq.schedule import Scheduler
 
 
+#: the shortest server-side statement bound a worker sets (its lease, if longer)
+MIN_STATEMENT_BOUND_MS = 5000
+
+
 def new_worker_id() -> str:
     """``host:pid:random`` — unique per worker, so fencing can tell workers apart."""
     return f"{socket.gethostname()[:60]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -144,6 +148,15 @@ class WorkerFront:
 
     def _registration(self) -> Registration | None:
         return registration_of(self, self.runtime.queue, lambda: self.held)
+
+    def _bound_statements(self) -> Callable[[], None]:
+        """While the worker runs, every statement of its queue's connections is bounded
+        server-side (its lease, at least :data:`MIN_STATEMENT_BOUND_MS`), so that a stalled
+        one cannot hold a connection or a lock for ever; what restores the bound before."""
+        backend = self.runtime.queue.backend
+        before = backend.statement_timeout_ms
+        backend.bound_statements(max(self.settings.lease_ms, MIN_STATEMENT_BOUND_MS))
+        return lambda: backend.bound_statements(before)
 
     def _log_started(self) -> None:
         s = self.settings
