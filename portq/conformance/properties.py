@@ -130,6 +130,18 @@ PROPERTIES = (
         "test_sync_worker_runs_async_handlers_once_on_its_threads_loops",
         "test_async_worker_runs_plain_handlers_once_in_threads",
         "test_handlers_that_cannot_run_are_refused_before_any_claim")),
+    Property("hostile handlers, late claims and stalled databases", (
+        "test_a_handler_that_exits_fails_its_attempt_and_the_slot_keeps_serving",
+        "test_a_claim_that_comes_back_after_half_its_lease_starts_none_of_its_jobs",
+        "test_a_stalled_database_call_is_logged_while_it_waits",
+        "test_a_dead_workers_jobs_come_back_about_one_lease_after_it_died",
+        "test_give_backs_keep_the_attempt_only_within_the_jobs_budget")),
+    Property("job timeouts and snoozes", (
+        "test_a_job_past_its_timeout_fails_with_job_timeout_and_is_retried",
+        "test_a_thread_that_ignores_its_timeout_is_abandoned_and_replaced",
+        "test_a_jobs_own_timeout_outranks_the_workers",
+        "test_snooze_reschedules_without_spending_an_attempt",
+        "test_a_job_snoozed_past_the_most_counts_the_attempt_as_failed")),
     Property("look-ahead claims given back when jobs block", (
         "test_jobs_claimed_ahead_are_given_back_when_a_job_blocks",)),
     Property("stored results", (

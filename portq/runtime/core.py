@@ -445,7 +445,7 @@ class Runtime:
             s = self.settings
             free = self._free_locked()
             batch = min(s.batch, self._capacity_now())
-            wake = (not handed and free in (1, batch)) or \
+            wake = (returned and free in (1, batch)) or \
                 (handed and s.single_writer and len(self._acking) in (1, batch))
         if handed:
             assert outcome is not None

@@ -57,6 +57,8 @@ class Pacing:
 LOOKAHEAD_LEASE_FRACTION = 0.1
 #: claim round trips of jobs the look-ahead covers when jobs are shorter than a round trip
 LOOKAHEAD_CYCLES = 8
+#: claim round trips of jobs the look-ahead covers when jobs outlast a round trip
+LOOKAHEAD_SLOW_CYCLES = 2
 #: most jobs of look-ahead per claim loop
 LOOKAHEAD_PER_CLAIMER = 160
 #: claim loops a worker runs (no more than its handler threads) while it has a look-ahead
@@ -76,9 +78,12 @@ class LookAhead:
 
     Little's law: to keep ``concurrency`` handlers busy, jobs must be claimed ahead for as
     long as a claim takes to come back. When a job outlasts a claim's round trip (the
-    fastest of the recent claims, so that a loaded moment does not count as the norm), the
-    threads freed meanwhile are refilled in time and no look-ahead is needed (0: a worker
-    never holds a job no thread is ready to run). When jobs are shorter, it covers
+    fastest of the recent claims, so that a loaded moment does not count as the norm), it
+    covers :data:`LOOKAHEAD_SLOW_CYCLES` such round trips of starts: with many slots and
+    I/O-bound jobs (40 slots of 5 ms jobs start 8,000 a second) the slots freed while a
+    claim is on its way find jobs waiting instead of idling a round trip; for jobs much
+    longer than a round trip that is 0 (a worker then holds no job no thread is ready to
+    run). When jobs are shorter than a round trip, it covers
     :data:`LOOKAHEAD_CYCLES` round trips of jobs, but never more jobs than the handlers start
     in ``LOOKAHEAD_LEASE_FRACTION`` of the lease, and never more than ``ceiling``. Until the
     first job has finished nothing is known, and it is 0."""
@@ -114,9 +119,16 @@ class LookAhead:
     def size(self) -> int:
         """Jobs that may wait for a handler thread now."""
         job, cycle = self._job_s, self._cycle_s
-        if job is None or cycle is None or job >= self._fastest:
+        if job is None or cycle is None:
             return 0
         starts_per_s = self.concurrency / job
+        # jobs that outlast a claim's round trip: only what starts while one claim is on
+        # its way (so the threads freed meanwhile find jobs waiting, not a claim in
+        # flight); 0 for jobs much longer than a round trip
+        if job >= self._fastest:  # a loaded moment's slow claims count as 4 fast ones at most
+            round_trip = min(cycle, 4 * self._fastest)
+            return int(min(self.ceiling, starts_per_s * round_trip * LOOKAHEAD_SLOW_CYCLES,
+                           starts_per_s * self.max_wait))
         return int(min(self.ceiling, starts_per_s * cycle * LOOKAHEAD_CYCLES,
                        starts_per_s * self.max_wait))
 
