@@ -90,7 +90,10 @@ UPDATE portq_job
 SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
-    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
+    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND,
+    -- when this attempt (and the first) started: migration 8
+    started_at = UTC_TIMESTAMP(6),
+    first_started_at = COALESCE(first_started_at, UTC_TIMESTAMP(6))
 WHERE job_id IN (:ids);
 
 SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
@@ -286,7 +289,7 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -148,3 +148,12 @@ ALTER TABLE portq_job ADD (
 CREATE INDEX portq_job_ckey_idx ON portq_job (
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END,
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN concurrency_key END);
+
+-- migration: 8
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes.
+ALTER TABLE portq_job ADD (
+    started_at       TIMESTAMP(6),
+    first_started_at TIMESTAMP(6)
+);

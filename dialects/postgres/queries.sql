@@ -90,7 +90,10 @@ UPDATE portq_job AS j
 SET state = 'running',
     attempts = j.attempts + 1,
     worker_id = :worker_id,
-    lease_until = now() + :lease_ms * interval '1 millisecond'
+    lease_until = now() + :lease_ms * interval '1 millisecond',
+    -- when this attempt (and the first) started: migration 8
+    started_at = now(),
+    first_started_at = COALESCE(j.first_started_at, now())
 FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
@@ -277,7 +280,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, started_at,
+       first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -118,3 +118,10 @@ ALTER TABLE portq_job ADD COLUMN concurrency_limit INTEGER
 -- counts a key's running jobs for the claim's row filter and its recount
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes.
+ALTER TABLE portq_job ADD COLUMN started_at INTEGER;
+ALTER TABLE portq_job ADD COLUMN first_started_at INTEGER;

@@ -9,9 +9,10 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
-from portq.contrib.django.backend import TaskRunner
 from portq.contrib.django.management.commands._common import portq_backend
+from portq.contrib.django.runner import TaskRunner
 from portq.errors import ConfigurationError, PortqError, SchemaError
 from portq.worker import Worker
 
@@ -43,6 +44,12 @@ class Command(BaseCommand):  # type: ignore[misc]
         if unknown:
             raise CommandError(f"queue {unknown[0]!r} is not in TASKS[{backend.alias!r}]"
                                f"['QUEUES'] {sorted(backend.queues)}", returncode=2)
+        if connections[backend.database].in_atomic_block:
+            raise CommandError(
+                f"database {backend.database!r} has a transaction open here (a TestCase, or "
+                "call_command inside transaction.atomic()): the worker could not see the "
+                "tasks it enqueued, and on SQLite would wait for its lock; run the worker "
+                "after the commit (in tests: TransactionTestCase)", returncode=2)
         if not logging.getLogger("portq").handlers and not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                                 format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -52,7 +59,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             raise CommandError(f"{exc} (from Django: manage.py portq_migrate --backend "
                                f"{backend.alias})") from None
         try:
-            worker = Worker(backend.queue, queues, TaskRunner(backend),
+            worker = Worker(backend.queue, backend.portq_queues(queues), TaskRunner(backend),
                             concurrency=options["concurrency"], lease=options["lease"],
                             grace=options["grace"], burst=options["burst"],
                             install_signals=True)
