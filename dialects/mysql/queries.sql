@@ -241,9 +241,12 @@ GROUP BY queue;
 -- Whether the queue has a job ready and due, and whether it has one running (a burst
 -- worker's exit test). Each EXISTS stops at the first entry of portq_job_ready_idx's
 -- (queue, state) prefix, so its cost does not grow with the table; `stats` counts every row
--- of the queue instead.
+-- of the queue instead. A ready row another session holds locked counts as the claim sees
+-- it: not there (FOR UPDATE SKIP LOCKED, as the claim; the lock is this short
+-- transaction's), so a burst worker exits instead of waiting for that session.
 SELECT EXISTS (SELECT 1 FROM portq_job
-               WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)),
+               WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
+               FOR UPDATE SKIP LOCKED),
        EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the

@@ -238,9 +238,12 @@ GROUP BY queue;
 -- Whether the queue has a job ready and due, and whether it has one running (a burst
 -- worker's exit test). Each EXISTS stops at the first entry of the partial ready or running
 -- index, so its cost does not grow with the table; `stats` counts every row of the queue
--- instead.
+-- instead. A ready row another session holds locked counts as the claim sees it: not
+-- there (FOR UPDATE SKIP LOCKED, as the claim; the lock is this short transaction's), so
+-- a burst worker exits instead of waiting for that session.
 SELECT EXISTS (SELECT 1 FROM portq_job
-               WHERE queue = :queue AND state = 'ready' AND run_at <= now()),
+               WHERE queue = :queue AND state = 'ready' AND run_at <= now()
+               FOR UPDATE SKIP LOCKED),
        EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the

@@ -111,7 +111,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 def shown(value: datetime | None) -> datetime | None:
     """An aware UTC time as Django shows times: aware, or naive local when USE_TZ=False."""
-    if value is None or settings.USE_TZ:
+    if value is None or settings.USE_TZ or timezone.is_naive(value):
         return value
     naive: datetime = timezone.make_naive(value)
     return naive
