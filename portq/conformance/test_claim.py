@@ -67,7 +67,7 @@ def test_claims_record_when_each_attempt_started(queue: portq.Queue, qname: str)
     assert second.first_started_at == first.started_at < second.started_at
     assert queue.complete(job)
     done = queue.job(job_id)
-    assert done is not None and done.finished_at is not None
+    assert done is not None and done.finished_at is not None and done.started_at is not None
     assert (done.first_started_at, done.started_at) == (first.started_at, second.started_at)
     assert done.started_at <= done.finished_at
 
