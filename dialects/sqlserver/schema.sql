@@ -179,8 +179,8 @@ CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
 -- migration: 8
 -- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
 -- started_at to the database clock (the latest attempt's start) and first_started_at once
--- (the first attempt's start); both stay after the job finishes. Adding NULL columns
--- without a default is a metadata-only change.
+-- (the first attempt's start); both stay after the job finishes. Nullable, without a
+-- default: existing rows read NULL (docs/engines.md, "When each attempt started").
 ALTER TABLE portq_job ADD
     started_at       DATETIME2(6) NULL,
     first_started_at DATETIME2(6) NULL;
