@@ -271,3 +271,24 @@ def test_manage_py_check_says_to_run_portq_migrate(tmp_path: Any) -> None:
         task_backends["default"].queue.migrate()
         task_backends["default"].close()
         assert task_backends["default"].check() == []
+
+
+def test_a_finished_request_leaves_the_pool_of_a_serving_worker_open(tb: str) -> None:
+    backend = _backend_of(tb)
+    with backend.serving() as queue:
+        queue.backend.check_schema()
+        request_finished.send(sender=None)  # e.g. a live-server test's request
+        assert backend._queue is queue and queue.backend.pool._size == 1
+        queue.backend.check_schema()  # still usable
+    assert backend._queue is None and queue.backend.pool._size == 0
+
+
+def test_bad_configuration_is_one_clear_error_without_the_password() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    with pytest.raises(ImproperlyConfigured, match="TASKS alias 'two words'"):
+        PortqBackend("two words", {})
+    unreachable = PortqBackend("x", {"OPTIONS": {
+        "url": "postgresql://app:s3cret-pw@127.0.0.1:1/nowhere"}})
+    (warning,) = unreachable.check()
+    assert warning.id == "portq.W002" and "cannot check portq's tables" in warning.msg
+    assert "s3cret-pw" not in warning.msg and "s3cret-pw" not in str(warning.hint)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -95,6 +97,7 @@ class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
         self.database: str = self.options.get("database", "default")
         self._queue: Queue | None = None
         self._opened_for: DatabaseURL | None = None
+        self._serving = 0  # workers of this process using the pool (request_finished waits)
         self._lock = threading.Lock()
         request_finished.connect(self._request_finished, weak=True)
 
@@ -135,8 +138,27 @@ class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
                 self._queue.close()
                 self._queue = None
 
+    @contextmanager
+    def serving(self) -> Iterator[Queue]:
+        """The queue, held open for a worker of this process (a finished request does not
+        close it meanwhile); closed when the last such worker is done."""
+        queue = self.queue
+        with self._lock:
+            self._serving += 1
+        try:
+            yield queue
+        finally:
+            with self._lock:
+                self._serving -= 1
+                last = self._serving == 0
+            if last:
+                self.close()
+
     def _request_finished(self, **kwargs: Any) -> None:
-        self.close()
+        with self._lock:
+            serving = self._serving
+        if not serving:
+            self.close()
 
     # ---- enqueue ------------------------------------------------------------------------
 
