@@ -21,7 +21,7 @@ times as listed, so a changed Django test fails here instead of being adapted bl
   and refreshes the result before the assertions; the dummy backend's ``results`` /
   ``clear()`` (its in-memory list) read and delete this backend's jobs;
 - tests that cannot apply to a database backend are skipped with the reason in
-  :data:`INAPPLICABLE` (also listed in docs/django.md).
+  :data:`INAPPLICABLE` (also listed in docs/operations.md, "Django").
 
 No assertion is removed or changed other than the ``options`` value named above.
 """

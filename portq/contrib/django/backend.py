@@ -101,6 +101,9 @@ class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
         self._lock = threading.Lock()
         request_finished.connect(self._request_finished, weak=True)
 
+    def __repr__(self) -> str:
+        return f"TASKS[{self.alias!r}] (portq.contrib.django.PortqBackend)"
+
     # ---- portq's own connections (worker, migrations, checks) ---------------------------
 
     @property
@@ -217,12 +220,12 @@ class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
             self.queue.backend.check_schema()
         except SchemaError as exc:
             return [checks.Warning(
-                f"TASKS[{self.alias!r}]: {exc}",
+                str(exc),
                 hint=f"run manage.py portq_migrate --backend {self.alias}", obj=self,
                 id="portq.W001")]
         except (PortqError, ImproperlyConfigured) as exc:
-            return [checks.Warning(f"TASKS[{self.alias!r}]: cannot check portq's tables: "
-                                   f"{exc}", obj=self, id="portq.W002")]
+            return [checks.Warning(f"cannot check portq's tables: {exc}", obj=self,
+                                   id="portq.W002")]
         finally:
             self.close()
         return []
