@@ -58,3 +58,9 @@ def context_times(context: TaskContext) -> dict[str, Any]:
             "started_at": r.started_at.isoformat() if r.started_at else None,
             "attempt": context.attempt, "priority": r.task.priority,
             "queue": r.task.queue_name}
+
+
+@task
+def refuse() -> None:
+    from portq import Permanent
+    raise Permanent("never worth retrying")

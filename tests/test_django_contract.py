@@ -292,3 +292,13 @@ def test_bad_configuration_is_one_clear_error_without_the_password() -> None:
     (warning,) = unreachable.check()
     assert warning.id == "portq.W002" and "cannot check portq's tables" in warning.msg
     assert "s3cret-pw" not in warning.msg and "s3cret-pw" not in str(warning.hint)
+
+
+def test_a_task_raising_portq_permanent_is_not_retried(alias: str) -> None:  # noqa: F811
+    backend = _backend(alias)  # settings: 2 attempts, 0.2 s apart
+    result = ct.refuse.using(backend=alias).enqueue()
+    burst(alias)
+    failed = backend.get_result(result.id)
+    assert failed.status == TaskResultStatus.FAILED and failed.attempts == 1
+    assert failed.errors[0].exception_class_path == "portq.errors.Permanent"
+    assert failed.errors[0].traceback.endswith("portq.errors.Permanent: never worth retrying\n")

@@ -16,6 +16,6 @@ See :mod:`portq.contrib.django.backend`.
 
 from portq.contrib.django.backend import PortqBackend
 from portq.contrib.django.results import load_task
-from portq.contrib.django.runner import TaskFailed, TaskRunner
+from portq.contrib.django.runner import TaskFailed, TaskFailedPermanently, TaskRunner
 
-__all__ = ["PortqBackend", "TaskFailed", "TaskRunner", "load_task"]
+__all__ = ["PortqBackend", "TaskFailed", "TaskFailedPermanently", "TaskRunner", "load_task"]

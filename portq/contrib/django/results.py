@@ -167,6 +167,7 @@ def task_error(text: str) -> TaskError:
     lease that expired, a job the worker refused) name a class only in their last line:
     a name portq or Python defines is used, anything else reads ``builtins.Exception``."""
     first, _, rest = text.partition("\n")
+    first = re.sub(r"^TaskFailedPermanently: ", "", first)  # the worker's prefix (runner.py)
     if first.startswith(HEADER):
         return TaskError(exception_class_path=first[len(HEADER):].strip(), traceback=rest)
     return TaskError(exception_class_path=_guess_class(text), traceback=text)

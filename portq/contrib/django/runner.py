@@ -43,6 +43,11 @@ class TaskFailed(RetryAfter):
     dead when its attempts are spent (as every failed attempt is)."""
 
 
+class TaskFailedPermanently(Permanent):
+    """A task raised :class:`portq.Permanent`: no retry, the job is dead at once (the
+    worker stores ``"TaskFailedPermanently: " + str()``, which :func:`task_error` reads)."""
+
+
 class TaskRunner:
     """A portq handler that runs the Django task each job names (``portq_worker``)."""
 
@@ -66,13 +71,16 @@ class TaskRunner:
             value = normalize_json(value)  # Django's TypeError when it is not JSON
         except BaseException as exc:  # noqa: BLE001 - SystemExit too: that task failed
             text = error_text(exc)
-            last = job.attempt >= job.max_attempts
+            permanent = isinstance(exc, Permanent)
+            last = permanent or job.attempt >= job.max_attempts
             failed = replace(running, status=TaskResultStatus.FAILED if last
                              else TaskResultStatus.READY,
                              finished_at=shown(timezone.now()) if last else None,
                              errors=[*running.errors, task_error(text)])
             # inside the handler: Django's log line carries the exception
             task_finished.send(sender=type(self.backend), task_result=failed)
+            if permanent:
+                raise TaskFailedPermanently(text) from None
             raise TaskFailed(self.backend.queue.backoff.delay(job.attempt), text) from None
         finally:
             close_old_connections()
