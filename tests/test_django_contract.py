@@ -26,6 +26,7 @@ from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
+from django.utils import timezone
 
 from portq.conformance.helpers import wait_until
 from portq.contrib.django import PortqBackend
@@ -132,8 +133,12 @@ def test_a_task_enqueued_in_an_open_transaction_is_readable_in_it(tb: str) -> No
 
 
 def test_use_tz_false_gives_naive_local_times(tb: str) -> None:
-    with override_settings(USE_TZ=False, TIME_ZONE="UTC"):
-        result = ran(ct.add.using(backend=tb).enqueue(1, 2))
+    with override_settings(USE_TZ=False, TIME_ZONE="Asia/Kolkata"):  # UTC+05:30
+        enqueued = ct.add.using(backend=tb).enqueue(1, 2)
+        assert enqueued.enqueued_at is not None and enqueued.enqueued_at.tzinfo is None
+        assert abs(enqueued.enqueued_at - datetime.now()) < timedelta(minutes=1)  # local
+        assert task_backends[tb].get_result(enqueued.id) == enqueued
+        result = ran(enqueued)
         assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 3
         times = [result.enqueued_at, result.started_at, result.last_attempted_at,
                  result.finished_at]
@@ -143,6 +148,8 @@ def test_use_tz_false_gives_naive_local_times(tb: str) -> None:
         deferred = ct.add.using(backend=tb, run_after=later).enqueue(1, 1)
         fetched = task_backends[tb].get_result(deferred.id)
         assert fetched.task.run_after == later and fetched.status == TaskResultStatus.READY
+        record = _backend_of(tb).queue.job(int(deferred.id))  # portq's own connection
+        assert record is not None and record.run_at == timezone.make_aware(later)
 
 
 def test_errors_carry_the_real_class_and_the_whole_traceback(tb: str) -> None:

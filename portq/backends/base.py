@@ -445,7 +445,7 @@ class SqlBackend(Backend):
     def on_connection(self, conn: Any, fn: Callable[[Any], T]) -> T:
         """``fn(cursor)`` on a caller's connection, in whatever transaction it has open
         (never committed or rolled back here)."""
-        cur = conn.cursor()
+        cur = self.caller_cursor(conn)
         try:
             return fn(cur)
         except Exception as exc:
@@ -875,6 +875,11 @@ class SqlBackend(Backend):
                                                    separators=(",", ":")).lower():
             return []
         return [record]
+
+    def caller_cursor(self, conn: Any) -> Any:
+        """A cursor on a caller's connection (an engine may undo the caller's type
+        adaptations there, so that values read back as on portq's own connections)."""
+        return conn.cursor()
 
     def read(self, op: str, fn: Callable[[Any], T], conn: Any | None = None) -> T:
         """``fn(cursor)`` in a read transaction of portq's own, or with ``conn`` on that
