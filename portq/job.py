@@ -158,6 +158,10 @@ class JobRecord:
     last_error: str | None
     created_at: datetime | None
     finished_at: datetime | None
+    #: when the latest attempt started and when the first did (set by the claim, by the
+    #: database clock; None until the job is first claimed)
+    started_at: datetime | None = None
+    first_started_at: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 strings."""

@@ -249,12 +249,14 @@ class Backend(ABC):
         ``run_at``) is the last row of the previous page, 0 on the first."""
 
     @abstractmethod
-    def job(self, job_id: int) -> JobRecord | None:
-        """The whole row of one job; None when no job has that id."""
+    def job(self, job_id: int, conn: Any | None = None) -> JobRecord | None:
+        """The whole row of one job; None when no job has that id. With ``conn`` (this
+        engine's DB-API connection) the read runs on it, inside its open transaction."""
 
     @abstractmethod
-    def error_history(self, job_id: int) -> list[JobError]:
-        """Every recorded failed attempt of a job, in attempt order."""
+    def error_history(self, job_id: int, conn: Any | None = None) -> list[JobError]:
+        """Every recorded failed attempt of a job, in attempt order (``conn``: as
+        :meth:`job`)."""
 
     @abstractmethod
     def server_info(self) -> ServerInfo:
@@ -272,8 +274,9 @@ class Backend(ABC):
         an earlier generation's, only while ``claim`` owns the job; False: ownership lost."""
 
     @abstractmethod
-    def result(self, job_id: int) -> Any:
-        """The stored return value of a succeeded job, or None when it has none."""
+    def result(self, job_id: int, conn: Any | None = None) -> Any:
+        """The stored return value of a succeeded job, or None when it has none (``conn``:
+        as :meth:`job`)."""
 
     @abstractmethod
     def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:

@@ -537,9 +537,11 @@ class Queue:
                                  after_id, key=key, text=text or None, order=order,
                                  after_run_at=after_run_at)
 
-    def job(self, job_id: int) -> JobRecord | None:
-        """The whole row of one job; None when no job has that id."""
-        return self.backend.job(positive_int(job_id, "job_id"))
+    def job(self, job_id: int, *, conn: Any = None) -> JobRecord | None:
+        """The whole row of one job; None when no job has that id. With ``conn`` (as
+        :meth:`enqueue` takes it) the read runs on that connection, in its open
+        transaction: it sees jobs that transaction enqueued and has not committed."""
+        return self.backend.job(positive_int(job_id, "job_id"), self._dbapi(conn))
 
     def store_result(self, job: Job | Claim, result: Any) -> bool:
         """Store a running job's return value (JSON, at most ``max_result_bytes``) in its
@@ -548,14 +550,15 @@ class Queue:
         value); :meth:`result` shows it once the job has succeeded."""
         return self.backend.store_result(_claim_of(job), self.dump_result(result))
 
-    def result(self, job_id: int) -> Any:
+    def result(self, job_id: int, *, conn: Any = None) -> Any:
         """The stored return value of a succeeded job; None when the job has not succeeded
-        (yet), returned None, or was pruned."""
-        return self.backend.result(positive_int(job_id, "job_id"))
+        (yet), returned None, or was pruned. ``conn``: as :meth:`job`."""
+        return self.backend.result(positive_int(job_id, "job_id"), self._dbapi(conn))
 
-    def error_history(self, job_id: int) -> list[JobError]:
-        """Every recorded failed attempt of a job (attempt, worker, error, failed_at)."""
-        return self.backend.error_history(positive_int(job_id, "job_id"))
+    def error_history(self, job_id: int, *, conn: Any = None) -> list[JobError]:
+        """Every recorded failed attempt of a job (attempt, worker, error, failed_at).
+        ``conn``: as :meth:`job`."""
+        return self.backend.error_history(positive_int(job_id, "job_id"), self._dbapi(conn))
 
     def workers(self) -> list[WorkerInfo]:
         """The live workers of the registry (rows whose heartbeats have not expired)."""

@@ -130,7 +130,7 @@ def test_enqueue_maps_priority_queue_and_run_after(alias: str) -> None:
         high = tasks.add.using(backend=alias, priority=100).enqueue(2, 2)
         deferred = tasks.add.using(backend=alias, run_after=later).enqueue(3, 3)
     records = [backend.queue.job(int(r.id)) for r in (low, high, deferred)]
-    assert all(rec is not None and rec.queue == "emails" for rec in records)
+    assert all(rec is not None and rec.queue == f"{alias}:emails" for rec in records)
     assert [rec.priority for rec in records if rec] == [-100, 100, 50]
     run_at = records[2].run_at if records[2] else None
     assert run_at is not None and abs((run_at - later).total_seconds()) < 1
@@ -175,7 +175,7 @@ def test_worker_command_runs_committed_tasks_and_drains_on_sigterm(
         failed = tasks.explode.using(backend=alias).enqueue("card declined")
         context = tasks.attempt_number.using(backend=alias).enqueue()
         awaited = tasks.add_later.using(backend=alias).enqueue(40, 2)
-    job_id = _backend(alias).queue.enqueue("default", {"task": "os.system",
+    job_id = _backend(alias).queue.enqueue(f"{alias}:default", {"task": "os.system",
                                                        "args": ["true"], "kwargs": {}})
 
     result = _finished(alias, charged.id)

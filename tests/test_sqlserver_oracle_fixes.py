@@ -628,7 +628,8 @@ def test_oracle_thick_mode_and_wallet_options() -> None:
     assert backend.thick and backend.lib_dir == "/opt/oracle/instantclient_23_5"
     assert backend.connect_params == {"host": "h", "port": 1521, "service_name": "S",
                                       "config_dir": "/etc/oracle",
-                                      "wallet_location": "/etc/oracle/wallet"}
+                                      "wallet_location": "/etc/oracle/wallet",
+                                      "expire_time": 1}
     thin = OracleBackend(parse_url(f"oracle://app:pw@h/S?wallet_location=/w"
                                    f"&wallet_password={SECRET.replace(';', '%3B')}"))
     assert not thin.thick and thin.connect_params["wallet_password"] == SECRET

@@ -468,16 +468,19 @@ def test_odbc_value_escaping() -> None:
 def test_oracle_connect_params() -> None:
     backend = backend_for(parse_url(ORACLE_URL))
     assert isinstance(backend, OracleBackend)
+    # expire_time: keepalive probes every minute unless the URL says otherwise
     assert backend.connect_params == {"host": "db.example", "port": 1521,
-                                      "service_name": "FREEPDB1"}
+                                      "service_name": "FREEPDB1", "expire_time": 1}
     assert all("s3cr" not in s for s in (str(backend), repr(backend), repr(backend.url)))
     other = OracleBackend(parse_url(
         "oracle+oracledb://app:pw@h?service_name=ORCLPDB1&tcp_connect_timeout=2.5"
         "&ssl_server_dn_match=false"))
     assert other.connect_params == {"host": "h", "port": 1521, "service_name": "ORCLPDB1",
-                                    "tcp_connect_timeout": 2.5, "ssl_server_dn_match": False}
-    assert OracleBackend(parse_url("oracle://app:pw@h:1522/X?sid=ORCL")).connect_params == \
-        {"host": "h", "port": 1522, "sid": "ORCL"}
+                                    "tcp_connect_timeout": 2.5, "ssl_server_dn_match": False,
+                                    "expire_time": 1}
+    assert OracleBackend(parse_url("oracle://app:pw@h:1522/X?sid=ORCL&expire_time=5")
+                         ).connect_params == {"host": "h", "port": 1522, "sid": "ORCL",
+                                              "expire_time": 5}
 
 
 @pytest.mark.parametrize("url", ["oracle://app:s3cret@h:1521", "oracle://app:s3cret@h/S?bogus=1",

@@ -100,7 +100,10 @@ UPDATE portq_job
 SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
-    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND
+    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND,
+    -- when this attempt (and the first) started: migration 8
+    started_at = UTC_TIMESTAMP(6),
+    first_started_at = COALESCE(first_started_at, UTC_TIMESTAMP(6))
 WHERE job_id IN (:ids);
 
 SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
@@ -263,9 +266,12 @@ GROUP BY queue;
 -- Whether the queue has a job ready and due, and whether it has one running (a burst
 -- worker's exit test). Each EXISTS stops at the first entry of portq_job_ready_idx's
 -- (queue, state) prefix, so its cost does not grow with the table; `stats` counts every row
--- of the queue instead.
+-- of the queue instead. A ready row another session holds locked counts as the claim sees
+-- it: not there (FOR UPDATE SKIP LOCKED, as the claim; the lock is this short
+-- transaction's), so a burst worker exits instead of waiting for that session.
 SELECT EXISTS (SELECT 1 FROM portq_job
-               WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)),
+               WHERE queue = :queue AND state = 'ready' AND run_at <= UTC_TIMESTAMP(6)
+               FOR UPDATE SKIP LOCKED),
        EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
@@ -311,7 +317,7 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

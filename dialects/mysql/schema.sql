@@ -188,3 +188,12 @@ ALTER TABLE portq_job
     ADD COLUMN snoozes    INT NOT NULL DEFAULT 0,
     ADD COLUMN given_back INT NOT NULL DEFAULT 0,
     ADD CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0);
+
+-- migration: 10
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes. One atomic ALTER (a run
+-- cut short leaves 1060 "duplicate column", which MysqlBackend.run_ddl treats as applied).
+ALTER TABLE portq_job
+    ADD COLUMN started_at       DATETIME(6) NULL,
+    ADD COLUMN first_started_at DATETIME(6) NULL;

@@ -74,7 +74,10 @@ UPDATE portq_job
 SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
-    lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND')
+    lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND'),
+    -- when this attempt (and the first) started: migration 8
+    started_at = SYS_EXTRACT_UTC(SYSTIMESTAMP),
+    first_started_at = COALESCE(first_started_at, SYS_EXTRACT_UTC(SYSTIMESTAMP))
 WHERE job_id IN (:ids) AND state = 'ready'
 
 -- name: claimed
@@ -282,7 +285,8 @@ FETCH FIRST :limit ROWS ONLY
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, started_at,
+       first_started_at
 FROM portq_job
 WHERE job_id = :job_id
 

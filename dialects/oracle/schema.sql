@@ -161,3 +161,12 @@ ALTER TABLE portq_job ADD (
     snoozes    NUMBER(10) DEFAULT 0 NOT NULL,
     given_back NUMBER(10) DEFAULT 0 NOT NULL
 );
+
+-- migration: 10
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes.
+ALTER TABLE portq_job ADD (
+    started_at       TIMESTAMP(6),
+    first_started_at TIMESTAMP(6)
+);

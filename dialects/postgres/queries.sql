@@ -91,7 +91,10 @@ UPDATE portq_job AS j
 SET state = 'running',
     attempts = j.attempts + 1,
     worker_id = :worker_id,
-    lease_until = now() + :lease_ms * interval '1 millisecond'
+    lease_until = now() + :lease_ms * interval '1 millisecond',
+    -- when this attempt (and the first) started: migration 8
+    started_at = now(),
+    first_started_at = COALESCE(j.first_started_at, now())
 FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
@@ -247,9 +250,12 @@ GROUP BY queue;
 -- Whether the queue has a job ready and due, and whether it has one running (a burst
 -- worker's exit test). Each EXISTS stops at the first entry of the partial ready or running
 -- index, so its cost does not grow with the table; `stats` counts every row of the queue
--- instead.
+-- instead. A ready row another session holds locked counts as the claim sees it: not
+-- there (FOR UPDATE SKIP LOCKED, as the claim; the lock is this short transaction's), so
+-- a burst worker exits instead of waiting for that session.
 SELECT EXISTS (SELECT 1 FROM portq_job
-               WHERE queue = :queue AND state = 'ready' AND run_at <= now()),
+               WHERE queue = :queue AND state = 'ready' AND run_at <= now()
+               FOR UPDATE SKIP LOCKED),
        EXISTS (SELECT 1 FROM portq_job WHERE queue = :queue AND state = 'running');
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
@@ -289,7 +295,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, started_at,
+       first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -132,3 +132,12 @@ ALTER TABLE portq_job
     ADD COLUMN timeout_ms integer CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
     ADD COLUMN snoozes    integer NOT NULL DEFAULT 0,
     ADD COLUMN given_back integer NOT NULL DEFAULT 0;
+
+-- migration: 10
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes. Nullable columns without
+-- a default: adding them rewrites nothing.
+ALTER TABLE portq_job
+    ADD COLUMN started_at       timestamptz,
+    ADD COLUMN first_started_at timestamptz;

@@ -39,7 +39,11 @@ UPDATE portq_job
 SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
-    lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000
+    lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000,
+    -- when this attempt (and the first) started: migration 8
+    started_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+    first_started_at = COALESCE(first_started_at,
+                                CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 WHERE job_id IN (
     SELECT job_id FROM portq_job AS c
     WHERE queue = :queue AND state = 'ready' AND attempts < max_attempts
@@ -246,7 +250,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, started_at,
+       first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -128,3 +128,10 @@ CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
 ALTER TABLE portq_job ADD COLUMN timeout_ms INTEGER CHECK (timeout_ms > 0);
 ALTER TABLE portq_job ADD COLUMN snoozes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE portq_job ADD COLUMN given_back INTEGER NOT NULL DEFAULT 0;
+
+-- migration: 10
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes.
+ALTER TABLE portq_job ADD COLUMN started_at INTEGER;
+ALTER TABLE portq_job ADD COLUMN first_started_at INTEGER;

@@ -119,7 +119,8 @@ WHERE job_key IS NOT NULL AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARB
 -- name: claim
 WITH c AS (
     SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
-           job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms
+           job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms,
+           started_at, first_started_at
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
@@ -141,7 +142,10 @@ SET state = N'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
     lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
-                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME()))
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME())),
+    -- when this attempt (and the first) started: migration 8 (columns of the CTE above)
+    started_at = SYSUTCDATETIME(),
+    first_started_at = COALESCE(first_started_at, SYSUTCDATETIME())
 OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
        inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
        inserted.lease_until,
@@ -353,7 +357,7 @@ ORDER BY run_at, job_id;
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -202,3 +202,12 @@ ALTER TABLE portq_job ADD
     timeout_ms INT NULL CONSTRAINT portq_job_timeout_ck CHECK (timeout_ms > 0),
     snoozes    INT NOT NULL CONSTRAINT portq_job_snoozes_df DEFAULT 0,
     given_back INT NOT NULL CONSTRAINT portq_job_given_back_df DEFAULT 0;
+
+-- migration: 10
+-- When attempts started (django.tasks' started_at / last_attempted_at): every claim sets
+-- started_at to the database clock (the latest attempt's start) and first_started_at once
+-- (the first attempt's start); both stay after the job finishes. Nullable, without a
+-- default: existing rows read NULL (docs/engines.md, "When each attempt started").
+ALTER TABLE portq_job ADD
+    started_at       DATETIME2(6) NULL,
+    first_started_at DATETIME2(6) NULL;

@@ -440,9 +440,14 @@ class SqlBackend(Backend):
                         conn: Any | None = None) -> list[EnqueueResult]:
         if conn is None:
             return self.run("enqueue", lambda cur: self.insert_all(cur, jobs))
-        cur = conn.cursor()
+        return self.on_connection(conn, lambda cur: self.insert_all(cur, jobs))
+
+    def on_connection(self, conn: Any, fn: Callable[[Any], T]) -> T:
+        """``fn(cursor)`` on a caller's connection, in whatever transaction it has open
+        (never committed or rolled back here)."""
+        cur = self.caller_cursor(conn)
         try:
-            return self.insert_all(cur, jobs)
+            return fn(cur)
         except Exception as exc:
             # the caller's transaction: only a missing table becomes portq's error; a
             # deadlock or a lost connection stays the driver's, for the caller to handle
@@ -910,9 +915,21 @@ class SqlBackend(Backend):
             return []
         return [record]
 
-    def job(self, job_id: int) -> JobRecord | None:
-        row = self.run("job", lambda cur: self.execute(
-            cur, "job", {"job_id": job_id}).fetchone(), write=False)
+    def caller_cursor(self, conn: Any) -> Any:
+        """A cursor on a caller's connection (an engine may undo the caller's type
+        adaptations there, so that values read back as on portq's own connections)."""
+        return conn.cursor()
+
+    def read(self, op: str, fn: Callable[[Any], T], conn: Any | None = None) -> T:
+        """``fn(cursor)`` in a read transaction of portq's own, or with ``conn`` on that
+        caller's connection (seeing its open transaction's uncommitted writes)."""
+        if conn is None:
+            return self.run(op, fn, write=False)
+        return self.on_connection(conn, fn)
+
+    def job(self, job_id: int, conn: Any | None = None) -> JobRecord | None:
+        row = self.read("job", lambda cur: self.execute(
+            cur, "job", {"job_id": job_id}).fetchone(), conn)
         return None if row is None else self.record_from_row(row)
 
     def record_from_row(self, r: Sequence[Any]) -> JobRecord:
@@ -922,11 +939,14 @@ class SqlBackend(Backend):
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
-            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]))
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
+            # the `job` statement adds when the latest and the first attempt started
+            started_at=self.from_db_time(r[14]) if len(r) > 14 else None,
+            first_started_at=self.from_db_time(r[15]) if len(r) > 15 else None)
 
-    def error_history(self, job_id: int) -> list[JobError]:
-        rows = self.run("job_errors", lambda cur: self.execute(
-            cur, "job_errors", {"job_id": job_id}).fetchall(), write=False)
+    def error_history(self, job_id: int, conn: Any | None = None) -> list[JobError]:
+        rows = self.read("job_errors", lambda cur: self.execute(
+            cur, "job_errors", {"job_id": job_id}).fetchall(), conn)
         return [JobError(int(a), w, self.load_text(e) or "", self.from_db_time(t))
                 for a, w, e, t in rows]
 
@@ -951,9 +971,9 @@ class SqlBackend(Backend):
         """Insert the result row (Oracle binds the JSON text as a CLOB)."""
         self.execute(cur, "insert_result", params)
 
-    def result(self, job_id: int) -> Any:
-        row = self.run("job_result", lambda cur: self.execute(
-            cur, "job_result", {"job_id": job_id}).fetchone(), write=False)
+    def result(self, job_id: int, conn: Any | None = None) -> Any:
+        row = self.read("job_result", lambda cur: self.execute(
+            cur, "job_result", {"job_id": job_id}).fetchone(), conn)
         return None if row is None else self.load_payload(row[0])
 
     # ---- worker registry ----------------------------------------------------------------

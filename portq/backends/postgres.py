@@ -8,10 +8,12 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
+from psycopg.types.datetime import TimestamptzLoader
 
 from portq.backends.base import ErrorKind, SqlBackend, one_line
 from portq.errors import ConfigurationError
@@ -107,6 +109,21 @@ class PostgresBackend(SqlBackend):
             bound = f"-c statement_timeout={ms} -c lock_timeout={max(1, ms // 2)}"
             kw["options"] = f"{kw['options']} {bound}" if kw.get("options") else bound
         return kw
+
+    def to_db_time(self, value: datetime) -> Any:
+        """Aware (UTC): psycopg sends it with its offset, so that the server's reading
+        does not depend on the session's TimeZone (a caller's connection may have another:
+        Django with USE_TZ = False sets TIME_ZONE), as a naive value's does."""
+        return value.astimezone(UTC)
+
+    def caller_cursor(self, conn: Any) -> Any:
+        """A cursor reading ``timestamptz`` as psycopg does by default (aware): a caller
+        may load it otherwise on its connection (Django with USE_TZ = False registers a
+        loader of naive local times), and portq reads every naive time as UTC. The
+        loader is the cursor's own; the connection's stay as they are."""
+        cur = conn.cursor()
+        cur.adapters.register_loader("timestamptz", TimestamptzLoader)
+        return cur
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):

@@ -41,6 +41,7 @@ PROPERTIES = (
         "test_job_taken_away_during_its_outcome_write_is_lost_once")),
     Property("lease expiry and reaping", (
         "test_claim_sets_generation_and_lease",
+        "test_claims_record_when_each_attempt_started",
         "test_reap_returns_expired_leases_with_delay_then_dead",
         "test_killed_worker_process_is_recovered_and_fenced",
         "test_prefetched_jobs_keep_their_lease_while_they_wait",

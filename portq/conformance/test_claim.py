@@ -48,6 +48,30 @@ def test_claim_sets_generation_and_lease(queue: portq.Queue, qname: str) -> None
     assert (c["ready"], c["running"]) == (0, 1)
 
 
+def test_claims_record_when_each_attempt_started(queue: portq.Queue, qname: str) -> None:
+    """Every claim sets ``started_at`` (the latest attempt's start) by the database clock,
+    the first one also ``first_started_at``; both stay once the job finished."""
+    job_id = queue.enqueue(qname, 1, max_attempts=2)
+    record = queue.job(job_id)
+    assert record is not None and (record.started_at, record.first_started_at) == (None, None)
+    (job,) = queue.claim(qname, "w1", limit=1, lease=60)
+    first = queue.job(job_id)
+    assert first is not None and first.started_at is not None and first.created_at is not None
+    assert first.first_started_at == first.started_at >= first.created_at
+    assert first.lease_until is not None and first.started_at < first.lease_until
+    assert queue.fail(job, "again", retry_in=0)
+    time.sleep(0.01)
+    (job,) = queue.claim(qname, "w2", limit=1, lease=60)
+    second = queue.job(job_id)
+    assert second is not None and second.started_at is not None
+    assert second.first_started_at == first.started_at < second.started_at
+    assert queue.complete(job)
+    done = queue.job(job_id)
+    assert done is not None and done.finished_at is not None and done.started_at is not None
+    assert (done.first_started_at, done.started_at) == (first.started_at, second.started_at)
+    assert done.started_at <= done.finished_at
+
+
 def test_future_and_dead_jobs_are_not_claimed(queue: portq.Queue, qname: str) -> None:
     queue.enqueue(qname, "future", delay=3600)
     dead_id = queue.enqueue(qname, "dies", max_attempts=1)

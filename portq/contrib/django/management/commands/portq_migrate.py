@@ -12,6 +12,8 @@ from portq.errors import PortqError
 
 class Command(BaseCommand):  # type: ignore[misc]
     help = "Create or upgrade portq's tables in the database of a portq TASKS backend."
+    # as Django's migrate: the system checks would warn that the tables are missing
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default",

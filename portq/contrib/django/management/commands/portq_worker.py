@@ -9,11 +9,14 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
-from portq.contrib.django.backend import TaskRunner
+from portq.contrib.django.backend import PortqBackend
 from portq.contrib.django.management.commands._common import portq_backend
+from portq.contrib.django.runner import TaskRunner
 from portq.errors import ConfigurationError, PortqError, SchemaError
-from portq.worker import Worker
+from portq.queue import Queue
+from portq.worker import Worker, WorkerCounters
 
 
 class Command(BaseCommand):  # type: ignore[misc]
@@ -43,16 +46,29 @@ class Command(BaseCommand):  # type: ignore[misc]
         if unknown:
             raise CommandError(f"queue {unknown[0]!r} is not in TASKS[{backend.alias!r}]"
                                f"['QUEUES'] {sorted(backend.queues)}", returncode=2)
+        if connections[backend.database].in_atomic_block:
+            raise CommandError(
+                f"database {backend.database!r} has a transaction open here (a TestCase, or "
+                "call_command inside transaction.atomic()): the worker could not see the "
+                "tasks it enqueued, and on SQLite would wait for its lock; run the worker "
+                "after the commit (in tests: TransactionTestCase)", returncode=2)
         if not logging.getLogger("portq").handlers and not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                                 format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        with backend.serving() as queue:  # closed when done, whatever happens
+            counters = self.serve(backend, queue, queues, options)
+        self.stdout.write("portq worker stopped: " + " ".join(
+            f"{k}={v}" for k, v in counters.as_dict().items()))
+
+    def serve(self, backend: PortqBackend, queue: Queue, queues: list[str],
+              options: dict[str, Any]) -> WorkerCounters:
         try:
-            backend.queue.backend.check_schema()
+            queue.backend.check_schema()
         except SchemaError as exc:
             raise CommandError(f"{exc} (from Django: manage.py portq_migrate --backend "
                                f"{backend.alias})") from None
         try:
-            worker = Worker(backend.queue, queues, TaskRunner(backend),
+            worker = Worker(queue, backend.portq_queues(queues), TaskRunner(backend),
                             concurrency=options["concurrency"], lease=options["lease"],
                             grace=options["grace"], burst=options["burst"],
                             install_signals=True)
@@ -61,11 +77,6 @@ class Command(BaseCommand):  # type: ignore[misc]
         except PortqError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"portq worker {worker.worker_id} serving {', '.join(queues)} on "
-                          f"{backend.queue_url}")
+                          f"{queue.url}")
         self.stdout.flush()
-        try:
-            counters = worker.run()
-        finally:
-            backend.close()
-        self.stdout.write("portq worker stopped: " + " ".join(
-            f"{k}={v}" for k, v in counters.as_dict().items()))
+        return worker.run()
