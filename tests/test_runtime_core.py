@@ -105,3 +105,32 @@ def test_a_workers_connections_are_bounded_and_kept_alive(queue: portq.Queue,
     finally:
         backend.pool.release(conn)
         backend.bound_statements(0)  # the suite's other tests share this queue
+
+
+@pytest.mark.parametrize("front", ["Worker", "AsyncWorker"])
+def test_both_fronts_take_the_same_options_defaults_and_errors(
+        queue: portq.Queue, qname: str, front: str) -> None:
+    """One options object: the same defaults, the same refusals (one ConfigurationError
+    naming the option), the same warning for the deprecated sizes, on both fronts."""
+    from portq import aio
+    from portq.errors import ConfigurationError
+
+    def make(**options: object) -> portq.Worker | aio.AsyncWorker:
+        if front == "AsyncWorker":
+            return aio.AsyncWorker(aio.AsyncQueue(queue), qname, lambda job: None, **options)
+        return portq.Worker(queue, qname, lambda job: None, **options)
+
+    worker = make()
+    assert (worker.concurrency, worker.lease, worker.grace) == (4, 30.0, 30.0)
+    assert worker.settings.job_timeout is None and worker.burst is False
+    with pytest.raises(ConfigurationError, match="unknown option.*concurency"):
+        make(concurency=3)
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        make(concurrency=0)
+    with pytest.raises(ConfigurationError, match="job_timeout"):
+        make(job_timeout="soon")
+    with pytest.raises(ConfigurationError, match="at least one queue"):
+        (aio.AsyncWorker(aio.AsyncQueue(queue), [], print) if front == "AsyncWorker"
+         else portq.Worker(queue, [], print))
+    with pytest.warns(DeprecationWarning, match="prefetch, claimers: deprecated"):
+        make(prefetch=2, claimers=2)

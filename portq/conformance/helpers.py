@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,10 +117,14 @@ def quiet_worker(queue: portq.Queue, names: Sequence[str] | str,
     for (tests share one database)."""
     options.setdefault("reap_interval", None)
     options.setdefault("prune_interval", None)
-    if FRONT == "AsyncWorker":
-        driven = ThreadDrivenAsyncWorker(AsyncQueue(queue), names, handler, **options)
-        return cast(Worker, driven)  # the same attributes and a blocking run()
-    return Worker(queue, names, handler, **options)
+    with warnings.catch_warnings():
+        # the suite still checks the deprecated sizes (prefetch, claimers, ack_delay) it
+        # passes on purpose; their warning is tested in tests/test_bad_input.py
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if FRONT == "AsyncWorker":
+            driven = ThreadDrivenAsyncWorker(AsyncQueue(queue), names, handler, **options)
+            return cast(Worker, driven)  # the same attributes and a blocking run()
+        return Worker(queue, names, handler, **options)
 
 
 @contextmanager
