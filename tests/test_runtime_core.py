@@ -123,7 +123,7 @@ def test_both_fronts_take_the_same_options_defaults_and_errors(
     worker = make()
     assert (worker.concurrency, worker.lease, worker.grace) == (4, 30.0, 30.0)
     assert worker.settings.job_timeout is None and worker.burst is False
-    with pytest.raises(ConfigurationError, match="unknown option.*concurency"):
+    with pytest.raises(ConfigurationError, match=r"unknown option.*concurency"):
         make(concurency=3)
     with pytest.raises(ConfigurationError, match="concurrency"):
         make(concurrency=0)
