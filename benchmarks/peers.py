@@ -151,6 +151,43 @@ async def pgqueuer_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     return _result("pgqueuer", workers, jobs, jobs - int(left), elapsed, enqueue_s)
 
 
+async def pgqueuer_io_run(url: str, jobs: int, slots: int, job_ms: float) -> dict[str, Any]:
+    """The I/O-bound workload: one QueueManager with ``slots`` concurrent tasks
+    (``max_concurrent_tasks``; its default batch size, 10), each job awaiting
+    ``job_ms``."""
+    import asyncpg
+    from pgqueuer import Queries, QueueManager
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.types import QueueExecutionMode
+
+    settings = {"search_path": peer_schema("pgqueuer")}
+    setup = await asyncpg.connect(url, server_settings=settings)
+    queries = Queries(AsyncpgDriver(setup))
+    await queries.install()
+    name = f"io{slots}"
+    started = time.perf_counter()
+    for start in range(0, jobs, 1000):
+        n = min(jobs, start + 1000) - start
+        await queries.enqueue([name] * n, [b"x"] * n, [0] * n)
+    enqueue_s = time.perf_counter() - started
+    settle(url, "pgqueuer")
+    conn = await asyncpg.connect(url, server_settings=settings)
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+    @qm.entrypoint(name)
+    async def wait(job: Any) -> None:
+        await asyncio.sleep(job_ms / 1000)
+    started = time.perf_counter()
+    await qm.run(mode=QueueExecutionMode.drain, max_concurrent_tasks=slots,
+                 dequeue_timeout=timedelta(seconds=0.05))
+    elapsed = time.perf_counter() - started
+    left = await setup.fetchval("SELECT count(*) FROM pgqueuer WHERE entrypoint = $1", name)
+    for c in (conn, setup):
+        await c.close()
+    return {**_result("pgqueuer", 1, jobs, jobs - int(left), elapsed, enqueue_s),
+            "slots": slots, "job_ms": job_ms}
+
+
 async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     """oban-py (Python 3.12+, its own venv): one Oban instance in server mode with one
     queue of ``workers`` concurrency (its documented knob), its tables in the peer schema
@@ -369,9 +406,19 @@ def main() -> int:
     parser.add_argument("--pickup-gap-ms", type=float, default=20.0)
     parser.add_argument("--pickup-quiet-s", type=float, default=3.0)
     parser.add_argument("--pickup-after-quiet", type=int, default=3)
+    parser.add_argument("--io-slots", type=int, default=0,
+                        help="the I/O-bound workload instead (pgqueuer): one QueueManager "
+                             "with this many concurrent tasks, each job awaiting --job-ms")
+    parser.add_argument("--job-ms", type=float, default=5.0)
     args = parser.parse_args()
     url = args.url
     results = []
+    if args.io_slots:
+        recreate_schema(url, "pgqueuer")
+        results.append(asyncio.run(pgqueuer_io_run(url, args.jobs, args.io_slots,
+                                                   args.job_ms)))
+        print(json.dumps(results))
+        return 0
     if args.pickup:
         for peer in args.peer or sorted(PICKUPS):
             try:

@@ -159,6 +159,7 @@ def estimate(args: argparse.Namespace) -> float:
                               2 * args.jobs * ESTIMATE["sweep_job"])
     seconds += engines * len(process_counts(args)) * ESTIMATE["process_run"]
     seconds += args.pickup * (engines + 2 * pg * (not args.skip_peers)) * ESTIMATE["pickup_run"]
+    seconds += pg * args.io * args.rounds * args.io_jobs * 3 / 4000  # ~4,000 jobs/s each
     return float(seconds)
 
 
@@ -269,6 +270,76 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
         finally:
             bench.drop_tables(queue.backend)
     return runs
+
+
+#: the I/O-bound workload: slots of one worker process, and how long each job waits
+IO_SLOTS, IO_JOB_MS = 40, 5.0
+
+
+def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
+    """The I/O-bound workload on PostgreSQL (one process, :data:`IO_SLOTS` slots, each
+    job waiting :data:`IO_JOB_MS`: ideal slots / job time), portq's two fronts and
+    pgqueuer (one QueueManager with as many concurrent tasks) one after another in each
+    of ``rounds`` rounds; jobs/s per round, and the load average before and after."""
+    runs: dict[str, list[float]] = {"portq worker": [], "portq async": []}
+    if python is not None:
+        runs["pgqueuer"] = []
+    load = [os.getloadavg()[0]]
+    with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
+        bench.drop_tables(queue.backend)
+        queue.migrate()
+        try:
+            for n in range(rounds):
+                log(f"I/O-bound workload, round {n + 1} of {rounds}")
+                runs["portq worker"].append(bench.throughput_run(
+                    queue, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS)["jobs_per_s"])
+                runs["portq async"].append(bench.async_throughput_run(
+                    queue, PG_URL, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS)["jobs_per_s"])
+                if python is not None:
+                    proc = subprocess.run(
+                        [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL,
+                         "--jobs", str(jobs), "--io-slots", str(IO_SLOTS),
+                         "--job-ms", str(IO_JOB_MS)],
+                        capture_output=True, text=True, timeout=1800)
+                    row = json.loads(proc.stdout.strip().splitlines()[-1])[0] \
+                        if proc.returncode == 0 else {"error": proc.stderr[-500:]}
+                    if "jobs_per_s" in row:
+                        runs["pgqueuer"].append(row["jobs_per_s"])
+                    else:
+                        log(f"pgqueuer I/O round {n + 1} not run: {row.get('error')}")
+                load.append(os.getloadavg()[0])
+        finally:
+            bench.drop_tables(queue.backend)
+    return {"slots": IO_SLOTS, "job_ms": IO_JOB_MS, "jobs": jobs,
+            "ideal": IO_SLOTS * 1000 / IO_JOB_MS, "runs": runs, "loadavg": load}
+
+
+def io_section(res: dict[str, Any]) -> list[str]:
+    """The I/O-bound workload's table: median and spread of each contender, as a share
+    of the ideal and against pgqueuer, with the targets' verdicts."""
+    io = res.get("io")
+    if not io:
+        return []
+    ideal = io["ideal"]
+    pgq = statistics.median(io["runs"]["pgqueuer"]) if io["runs"].get("pgqueuer") else None
+    lines = ["", "## I/O-bound jobs", "",
+             f"One process on PostgreSQL, {io['slots']} slots, {io['jobs']:,} jobs each "
+             f"waiting {io['job_ms']:g} ms (ideal {ideal:,.0f} jobs/s); "
+             f"{len(next(iter(io['runs'].values())))} interleaved rounds; load average "
+             f"{', '.join(f'{x:.1f}' for x in io['loadavg'])} (before, after each round). "
+             "Targets: each front >= 85% of the ideal and >= 1.5x pgqueuer.", "",
+             "| contender | median jobs/s | spread (min-max) | % of ideal | vs pgqueuer | "
+             "verdict |", "|---|---|---|---|---|---|"]
+    for name, values in io["runs"].items():
+        if not values:
+            continue
+        med = statistics.median(values)
+        versus = f"{med / pgq:.2f}x" if pgq and name != "pgqueuer" else ""
+        ok = med >= 0.85 * ideal and (pgq is None or med >= 1.5 * pgq)
+        verdict = "" if name == "pgqueuer" else ("met" if ok else "missed")
+        lines.append(f"| {name} | {med:,.0f} | {min(values):,.0f}-{max(values):,.0f} | "
+                     f"{100 * med / ideal:.0f}% | {versus} | {verdict} |")
+    return lines
 
 
 def pickup_runs(engines: list[str], urls: dict[str, str],
@@ -388,6 +459,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if args.pickup:
         with section("pickup latency"):
             out["pickup"] = pickup_runs(engines, urls, python)
+    if "postgres" in engines and args.rounds and args.io:
+        with section("I/O-bound jobs"):
+            out["io"] = io_rounds(args.io_jobs, args.rounds, python)
     for engine in engines if args.growth else ():
         with section(f"growth on {engine}"):
             try:
@@ -700,7 +774,8 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         if p.get("workers") == res["workers"][0] and "enqueue_jobs_per_s" in p:
             lines.append(f"| {p['peer']} | bulk (1000/call) | {p['jobs']:,} | "
                          f"{p['enqueue_jobs_per_s']:,.0f} |")
-    lines += pickup_section(res) + growth_section(res) + processes_section(res)
+    lines += pickup_section(res) + io_section(res) + growth_section(res) + \
+        processes_section(res)
     lines += ["", "## Plots", ""] + [f"![{Path(i).stem}](benchmarks/{Path(i).name})"
                                       for i in images]
     def share(key: str) -> str:
@@ -956,6 +1031,9 @@ def main() -> int:
     parser.add_argument("--pickup", action=argparse.BooleanOptionalAction, default=True,
                         help="measure pickup latency on each engine and of the peers "
                              "(default: on)")
+    parser.add_argument("--io", action=argparse.BooleanOptionalAction, default=True,
+                        help="the I/O-bound workload (40 slots, 5 ms jobs) on PostgreSQL")
+    parser.add_argument("--io-jobs", type=int, default=20_000)
     parser.add_argument("--growth", action=argparse.BooleanOptionalAction, default=True,
                         help="fill each engine's table to --growth-rows and measure claim "
                              "and throughput there (default: on)")

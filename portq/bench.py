@@ -374,6 +374,17 @@ def _noop(job: Job) -> None:
     """The benchmark's job: nothing, so the queue's own cost is what is measured."""
 
 
+def _sleep(seconds: float, job: Job) -> None:
+    """An I/O-bound job: it waits ``seconds`` (a remote call), using no CPU."""
+    time.sleep(seconds)
+
+
+async def _async_sleep(seconds: float, job: Job) -> None:
+    """An I/O-bound async job: it awaits ``seconds``."""
+    import asyncio
+    await asyncio.sleep(seconds)
+
+
 def bulk_enqueue(queue: Queue, name: str, jobs: int, chunk: int = BULK_CHUNK) -> float:
     """Enqueue ``jobs`` no-op jobs with enqueue_many in chunks; return the seconds taken."""
     started = time.perf_counter()
@@ -411,19 +422,21 @@ def settle(backend: SqlBackend) -> None:
         conn.close()
 
 
-def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
+def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
                    progress: Progress | None = None, mode: str = "worker",
-                   repeat: int = 1) -> dict[str, Any]:
-    """Claim + complete ``jobs`` no-op jobs with one Worker of ``workers`` threads,
-    ``repeat`` times (each from a settled table); the median run is reported, with every
-    run's jobs/s in ``runs``."""
-    options = mode_options(mode, batch, workers)
+                   repeat: int = 1, job_ms: float = 0.0) -> dict[str, Any]:
+    """Claim + complete ``jobs`` no-op jobs (or, with ``job_ms``, jobs that each sleep that
+    long: an I/O-bound handler) with one Worker of ``workers`` threads, ``repeat`` times
+    (each from a settled table); the median run is reported, with every run's jobs/s in
+    ``runs``."""
+    options = mode_options(mode, batch or 0, workers)
+    handler = _noop if not job_ms else functools.partial(_sleep, job_ms / 1000)
     runs: list[tuple[float, int, float]] = []
     for _ in range(repeat):
         settle(queue.backend)
         name = f"bench-tp-{uuid.uuid4().hex[:8]}"
         bulk_enqueue(queue, name, jobs)
-        worker = Worker(queue, name, _noop, concurrency=workers, batch=batch,
+        worker = Worker(queue, name, handler, concurrency=workers, batch=batch,
                         **RUN_OPTIONS, **options)
         thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
         started = time.perf_counter()
@@ -438,8 +451,9 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
         runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
     rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
-            **options, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
-            "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
+            **options, "jobs": jobs, "job_ms": job_ms, "succeeded": done,
+            "seconds": round(elapsed, 4), "jobs_per_s": round(rate, 1),
+            "runs": [round(r[0], 1) for r in runs]}
 
 
 #: the raw loop's ways to write completions: one statement and commit per completed job
@@ -564,9 +578,9 @@ async def _async_noop(job: Job) -> None:
     """The async benchmark's job: nothing, awaited on the event loop."""
 
 
-def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch: int,
-                         progress: Progress | None = None, repeat: int = 1
-                         ) -> dict[str, Any]:
+def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch: int | None,
+                         progress: Progress | None = None, repeat: int = 1,
+                         job_ms: float = 0.0) -> dict[str, Any]:
     """:func:`throughput_run` with a :class:`portq.aio.AsyncWorker` of ``concurrency`` =
     ``workers`` and claim batch ``batch`` instead of the sync Worker: the same bulk enqueue
     through ``queue``, the same settled table, the same worker options
@@ -575,6 +589,8 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
     import asyncio
 
     import portq.aio
+
+    handler = _async_noop if not job_ms else functools.partial(_async_sleep, job_ms / 1000)
 
     async def go() -> list[tuple[float, int, float]]:
         aq = await portq.aio.connect(url, prefix=queue.backend.prefix,
@@ -585,7 +601,7 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
                 settle(queue.backend)
                 name = f"bench-tp-{uuid.uuid4().hex[:8]}"
                 bulk_enqueue(queue, name, jobs)
-                worker = portq.aio.AsyncWorker(aq, name, _async_noop, concurrency=workers,
+                worker = portq.aio.AsyncWorker(aq, name, handler, concurrency=workers,
                                                batch=batch, registry_interval=None,
                                                **RUN_OPTIONS)
                 started = time.perf_counter()
@@ -607,8 +623,9 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
     runs = asyncio.run(go())
     rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": "async", "workers": workers,
-            "batch": batch, "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
-            "jobs_per_s": round(rate, 1), "runs": [round(r[0], 1) for r in runs]}
+            "batch": batch, "jobs": jobs, "job_ms": job_ms, "succeeded": done,
+            "seconds": round(elapsed, 4), "jobs_per_s": round(rate, 1),
+            "runs": [round(r[0], 1) for r in runs]}
 
 
 def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,
