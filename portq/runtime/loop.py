@@ -29,7 +29,9 @@ class LoopExecutor:
         self.loop, self.concurrency = loop, concurrency
         self._runtime: Runtime | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._current: dict[int, asyncio.Task[None]] = {}  # job id -> the task running it
+        # job id -> (the attempt, the task running it): a later attempt of the same job may
+        # run in the same task, so the attempt is compared before the task is cancelled
+        self._current: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._shutting_down = False
         self._lock = threading.Lock()  # _current is read from the runtime's threads
 
@@ -77,7 +79,7 @@ class LoopExecutor:
         task = asyncio.current_task()
         assert task is not None
         with self._lock:
-            self._current[job.id] = task
+            self._current[job.id] = (job, task)
         started = time.perf_counter()
         error: BaseException | None = None
         result = None
@@ -95,15 +97,19 @@ class LoopExecutor:
             error = exc
         finally:
             with self._lock:
-                self._current.pop(job.id, None)
+                if self._current.get(job.id, (None,))[0] is job:
+                    del self._current[job.id]
         runtime.finish(job, error, result, time.perf_counter() - started)
 
     def timed_out(self, job: Job) -> None:
-        """Cancel the task awaiting ``job``'s handler."""
-        with self._lock:
-            task = self._current.get(job.id)
-        if task is not None:
-            call_soon(self.loop, task.cancel)
+        """Cancel the task awaiting ``job``'s handler, if it still runs that attempt when
+        the loop gets to it."""
+        def cancel() -> None:
+            with self._lock:
+                running = self._current.get(job.id)
+            if running is not None and running[0] is job:
+                running[1].cancel()
+        call_soon(self.loop, cancel)
 
     def abandon(self, job: Job) -> bool:
         """An async handler that ignores its cancel keeps its slot (a task cannot be

@@ -22,7 +22,8 @@ class ThreadExecutor:
         self.concurrency = concurrency
         self._runtime: Runtime | None = None
         self._lock = threading.Lock()
-        self._current: dict[int, threading.Thread] = {}  # job id -> the thread running it
+        # job id -> (the attempt, the thread running it)
+        self._current: dict[int, tuple[Job, threading.Thread]] = {}
         self._abandoned: set[threading.Thread] = set()
         self._started = 0
 
@@ -48,7 +49,7 @@ class ThreadExecutor:
         try:
             while (job := runtime.next_job()) is not None:
                 with self._lock:
-                    self._current[job.id] = me
+                    self._current[job.id] = (job, me)
                 started = time.perf_counter()
                 error: BaseException | None = None
                 result = None
@@ -57,7 +58,8 @@ class ThreadExecutor:
                 except BaseException as exc:  # noqa: BLE001 - any is the attempt's failure
                     error = exc
                 with self._lock:
-                    self._current.pop(job.id, None)
+                    if self._current.get(job.id, (None,))[0] is job:
+                        del self._current[job.id]
                     abandoned = me in self._abandoned
                 runtime.finish(job, error, result, time.perf_counter() - started)
                 del error, result
@@ -76,10 +78,10 @@ class ThreadExecutor:
 
     def abandon(self, job: Job) -> bool:
         with self._lock:
-            thread = self._current.get(job.id)
-            if thread is None:
+            running = self._current.get(job.id)
+            if running is None or running[0] is not job:
                 return False  # it returned meanwhile
-            self._abandoned.add(thread)
+            self._abandoned.add(running[1])
         self._spawn()
         return True
 
