@@ -58,6 +58,9 @@ class NewJob:
     #: with this key (both None: no per-key limit)
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    #: JSON text of a small object of strings stored with the job (the enqueuer's trace
+    #: context, what enqueue hooks added; :mod:`portq.hooks`), or None
+    meta: str | None = None
 
 
 @dataclass(frozen=True)

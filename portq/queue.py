@@ -25,6 +25,7 @@ from portq.job import (
     QueueStats,
     State,
     WorkerInfo,
+    progress_value,
 )
 from portq.protocol import NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
@@ -365,6 +366,13 @@ class Queue:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
         ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
         return self.backend.fail(_claim_of(job), str(error), ms)
+
+    def set_progress(self, job: Job | Claim, fraction: float | None, message: str = "") -> bool:
+        """Store a running job's progress now (fenced: False when the claim no longer owns
+        the job). Handlers call :meth:`portq.Job.progress` instead, which never waits and
+        is rate-limited; this is the one write it makes."""
+        fraction, message = progress_value(fraction, message)
+        return self.backend.set_progress(_claim_of(job), fraction, message)
 
     def release(self, job: Job | Claim) -> bool:
         """Return an unfinished job to ready now without spending its attempt."""

@@ -17,10 +17,12 @@ NEW = ("queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log", "ensure_
 
 @pytest.mark.parametrize("engine", FIVE)
 def test_migration_7_is_applied_on_every_engine(engine: str) -> None:
-    """Migration 7 (the limits) exists everywhere; only SQL Server has a later one so far
-    (8: the registry's binary worker ids and the ready index's included columns)."""
+    """Migration 7 (the limits) exists everywhere; later ones: 8 on SQL Server (the
+    registry's binary worker ids and the ready index's included columns), 10 everywhere
+    (meta and progress)."""
     versions = [v for v, _ in load_migrations(engine)]
-    assert 7 in versions and versions[-1] == (8 if engine == "sqlserver" else 7)
+    assert 7 in versions and versions[-1] == 10
+    assert (8 in versions) == (engine == "sqlserver")
 
 
 @pytest.mark.parametrize("engine", FIVE)

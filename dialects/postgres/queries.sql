@@ -23,10 +23,11 @@ INSERT INTO portq_schema_version (version) VALUES (:version);
 
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit)
+                       concurrency_key, concurrency_limit, meta)
 VALUES (:queue, CAST(:payload AS jsonb), :priority,
         COALESCE(CAST(:run_at AS timestamptz), now() + :delay_ms * interval '1 millisecond'),
-        :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer))
+        :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer),
+        CAST(:meta AS jsonb))
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -39,7 +40,7 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 -- name: insert_jobs_bulk
 -- Many jobs in one statement (PostgresBackend.insert_jobs). :jobs is a JSON array of
 -- {"queue", "payload" (JSON text), "priority", "run_at", "delay_ms", "max_attempts",
--- "job_key", "concurrency_key", "concurrency_limit"};
+-- "job_key", "concurrency_key", "concurrency_limit", "meta" (JSON text or null)};
 -- ids are drawn in array order, so they ascend as the jobs were given, and each row
 -- says whether it was inserted or its key already existed.
 WITH src AS MATERIALIZED (
@@ -47,14 +48,14 @@ WITH src AS MATERIALIZED (
     FROM jsonb_to_recordset(CAST(:jobs AS jsonb))
          AS t(queue text, payload text, priority integer, run_at timestamptz,
               delay_ms bigint, max_attempts integer, job_key text, concurrency_key text,
-              concurrency_limit integer)
+              concurrency_limit integer, meta text)
 ), ins AS (
     INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key,
-                           concurrency_key, concurrency_limit)
+                           concurrency_key, concurrency_limit, meta)
     OVERRIDING SYSTEM VALUE
     SELECT job_id, queue, CAST(payload AS jsonb), priority,
            COALESCE(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts,
-           job_key, concurrency_key, concurrency_limit
+           job_key, concurrency_key, concurrency_limit, CAST(meta AS jsonb)
     FROM src
     ORDER BY job_id
     ON CONFLICT (job_key) DO NOTHING
@@ -94,7 +95,8 @@ SET state = 'running',
 FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit;
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.run_at,
+          j.meta::text AS meta;
 
 -- name: renew
 UPDATE portq_job
@@ -246,7 +248,8 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -256,7 +259,8 @@ LIMIT :limit;
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -266,7 +270,8 @@ LIMIT :limit;
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -277,7 +282,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at, meta
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -499,3 +505,12 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- fixed tick. min() reads the first entry of portq_job_lease_idx (running rows only).
 SELECT CAST(EXTRACT(EPOCH FROM (min(lease_until) - now())) * 1000 AS bigint)
 FROM portq_job WHERE state = 'running';
+
+-- Progress (migration 10): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker, running, lease not expired); rowcount 1 = written.
+-- name: set_progress
+UPDATE portq_job
+SET progress = CAST(:progress AS double precision), progress_note = :note,
+    progress_at = statement_timestamp()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > statement_timestamp();

@@ -118,3 +118,15 @@ ALTER TABLE portq_job ADD COLUMN concurrency_limit INTEGER
 -- counts a key's running jobs for the claim's row filter and its recount
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 10
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim. progress, progress_note, progress_at:
+-- the running attempt's last progress report (a fraction 0..1 or NULL, a short note, when
+-- it was written), written only by the claim that owns the job (set_progress is fenced).
+ALTER TABLE portq_job ADD COLUMN meta TEXT
+    CHECK (json_type(meta) = 'object' AND length(meta) <= 4000);
+ALTER TABLE portq_job ADD COLUMN progress REAL CHECK (progress >= 0 AND progress <= 1);
+ALTER TABLE portq_job ADD COLUMN progress_note TEXT CHECK (length(progress_note) <= 200);
+ALTER TABLE portq_job ADD COLUMN progress_at INTEGER;

@@ -542,6 +542,7 @@ class SqlBackend(Backend):
             "run_at": None if job.run_at is None else self.to_db_time(job.run_at),
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
             "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
+            "meta": job.meta,
         }
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
@@ -673,18 +674,26 @@ class SqlBackend(Backend):
         return list(self.execute(cur, "claim", params).fetchall())
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
-    #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit
+    #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
     def job_from_row(self, row: Sequence[Any], worker_id: str,
                      start_by: float | None = None, leased_at: float | None = None) -> Job:
         (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
-         concurrency_key, _) = row
+         concurrency_key, _, run_at, meta) = row
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
         return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
                    priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                   start_by=start_by, leased_at=leased_at)
+                   start_by=start_by, leased_at=leased_at, run_at=self.from_db_time(run_at),
+                   meta=self.load_meta(meta))
+
+    def load_meta(self, value: Any) -> dict[str, str]:
+        """A job's stored ``meta`` (JSON text, or None) as a dict of strings."""
+        if value is None:
+            return {}
+        loaded = self.load_payload(value)
+        return {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
@@ -904,7 +913,10 @@ class SqlBackend(Backend):
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
-            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]))
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
+            progress=None if r[14] is None else float(r[14]),
+            progress_note=self.load_text(r[15]), progress_at=self.from_db_time(r[16]),
+            meta=self.load_meta(r[17]) if len(r) > 17 else None)
 
     def error_history(self, job_id: int) -> list[JobError]:
         rows = self.run("job_errors", lambda cur: self.execute(
@@ -915,6 +927,14 @@ class SqlBackend(Backend):
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
+
+    # ---- progress -----------------------------------------------------------------------
+
+    def set_progress(self, claim: Claim, fraction: float | None, note: str) -> bool:
+        """Store a running job's progress report if ``claim`` still owns the job (fenced as
+        :meth:`complete`); False: nothing was written."""
+        return self._guarded("set_progress", {**self.guard(claim), "progress": fraction,
+                                              "note": storable_error(note) or None})
 
     # ---- results ------------------------------------------------------------------------
 
