@@ -18,6 +18,7 @@ from portq.errors import (
     SchemaError,
     SchemaMissingError,
 )
+from portq.hooks import Enqueueing
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
@@ -26,7 +27,7 @@ from portq.worker import RetryAfter, Worker
 
 __all__ = [
     "Backoff", "CannotConnect", "Claim", "ConfigurationError", "ConnectionLost",
-    "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
+    "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError", "Enqueueing",
     "InvalidQueueName", "Job", "JobCancelled", "JobRecord", "LoginFailed", "PayloadError",
     "Permanent", "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
     "SchemaMissingError", "State", "Task", "Worker", "connect", "current_job", "task",

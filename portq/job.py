@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import enum
-import threading
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime

@@ -14,6 +14,7 @@ from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import JOB_ORDERS, SqlBackend
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
+from portq.hooks import EnqueueHooks, Hook
 from portq.job import (
     ACTIVE_STATES,
     ALL_STATES,
@@ -29,6 +30,7 @@ from portq.job import (
 )
 from portq.protocol import NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
+from portq.runtime.middleware import Middleware, Step, step_of
 from portq.url import parse_url
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -198,6 +200,22 @@ class Queue:
         self.max_result_bytes = positive_int(max_result_bytes, "max_result_bytes")
         self.default_max_attempts = positive_int(max_attempts, "max_attempts")
         self.backoff = backoff
+        #: enqueue hooks (:meth:`add_enqueue_hook`) and the middleware every worker made on
+        #: this queue runs outermost (:meth:`add_middleware`)
+        self.hooks = EnqueueHooks()
+        self.middleware: tuple[Step, ...] = ()
+
+    def add_enqueue_hook(self, before: Hook | None = None, after: Hook | None = None) -> None:
+        """Call ``before(job)`` for each new job before it is inserted (it may add strings
+        to ``job.meta``, stored with the job) and ``after(job)`` once the insert returned
+        (``job.id``, ``job.created``, or ``job.error``): see :mod:`portq.hooks`. Applies to
+        :class:`portq.aio.AsyncQueue` over this queue too."""
+        self.hooks.add(before, after)
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Run ``middleware`` around the handler of every job of every worker made on this
+        queue, outside the worker's own (see :mod:`portq.runtime.middleware`)."""
+        self.middleware = (*self.middleware, step_of(middleware, "queue middleware"))
 
     def __repr__(self) -> str:
         return f"Queue({self.backend.url.redacted()!r})"
@@ -254,7 +272,7 @@ class Queue:
         named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
                            max_attempts=max_attempts, key=key, **unique)
-        return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
+        return self._insert([job], conn)[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's); each mapping holds
@@ -262,7 +280,21 @@ class Queue:
         built = self.new_jobs(jobs)
         if not built:
             return []
-        return self.backend.enqueue(built, conn=self._dbapi(conn))
+        return [result.id for result in self._insert(built, conn)]
+
+    def _insert(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """Insert ``jobs`` (in ``conn``'s transaction when given), with the enqueue hooks."""
+        dbapi = self._dbapi(conn)
+        if not self.hooks:
+            return self.backend.enqueue_results(jobs, conn=dbapi)
+        jobs, seen = self.hooks.prepare(jobs)
+        try:
+            results = self.backend.enqueue_results(jobs, conn=dbapi)
+        except BaseException as exc:
+            self.hooks.finish(seen, None, exc)
+            raise
+        self.hooks.finish(seen, results)
+        return results
 
     def new_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
         """Validate the job mappings of :meth:`enqueue_many`; raise before any is written."""

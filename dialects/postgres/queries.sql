@@ -283,7 +283,7 @@ LIMIT :limit;
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at, meta
+       progress, progress_note, progress_at, meta::text
 FROM portq_job
 WHERE job_id = :job_id;
 
