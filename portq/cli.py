@@ -495,7 +495,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                                                      limit=args.limit))
 
 
-JOB_COLUMNS = ["id", "state", "queue", "priority", "run_at", "attempts", "key", "last_error"]
+JOB_COLUMNS = ["id", "state", "queue", "priority", "run_at", "attempts", "progress", "key",
+               "last_error"]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -512,7 +513,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
     _print_table(JOB_COLUMNS, [[
         str(r.id), r.state, r.queue, str(r.priority), _cell(r.run_at),
-        f"{r.attempts}/{r.max_attempts}", r.key or "-", error_line(r.last_error)[:80] or "-"]
+        f"{r.attempts}/{r.max_attempts}", (r.progress_text() or "-")[:40], r.key or "-",
+        error_line(r.last_error)[:80] or "-"]
         for r in records])
     if len(records) == args.limit:
         print(f"(the first {args.limit} {which}{where} by id; next page: --after-id "
@@ -552,6 +554,9 @@ def _describe(r: JobRecord) -> Iterator[str]:
         ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
         ("worker_id", r.worker_id), ("lease_until", r.lease_until),
         ("payload", json.dumps(r.payload, ensure_ascii=False)),
+        ("progress", None if r.progress_at is None else
+         f"{r.progress_text()} (at {_cell(r.progress_at)})"),
+        ("meta", json.dumps(r.meta, ensure_ascii=False) if r.meta else None),
         ("last_error", error_line(r.last_error) or None)]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:

@@ -227,6 +227,13 @@ class JobRecord:
         """JSON-ready: times as ISO 8601 strings."""
         return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
 
+    def progress_text(self) -> str | None:
+        """The progress report as one line (``40% resized 40 of 100``), or None."""
+        if self.progress_at is None:
+            return None
+        percent = "" if self.progress is None else f"{self.progress * 100:.0f}%"
+        return " ".join(p for p in (percent, self.progress_note or "") if p) or "reported"
+
 
 @dataclass(frozen=True)
 class EnqueueResult:
