@@ -38,11 +38,9 @@ def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 
 
 @pytest.fixture
-def queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
-    """A Queue of this test's own (instrumenting it must not touch the suite's)."""
-    q = portq.connect(engine_url, prefix=table_prefix, pool_size=8)
-    yield q
-    q.close()
+def queue(own_queue: portq.Queue) -> portq.Queue:
+    """This module's tests add hooks and middleware: each gets a Queue of its own."""
+    return own_queue
 
 
 def by_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[ReadableSpan]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,12 +19,9 @@ WORKER_FRONTS = True
 
 
 @pytest.fixture
-def queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
-    """A Queue of this test's own, overriding the suite's: the hooks and middleware it
-    adds end with it (the suite's ``queue`` is shared by the whole session)."""
-    q = portq.connect(engine_url, prefix=table_prefix, pool_size=8)
-    yield q
-    q.close()
+def queue(own_queue: portq.Queue) -> portq.Queue:
+    """This module's tests add hooks and middleware: each gets a Queue of its own."""
+    return own_queue
 
 
 def test_middleware_wraps_the_handler_in_order_and_sees_its_outcome(queue: portq.Queue,

@@ -4,7 +4,6 @@ hooks and returned by the claim, and progress written only by the job's owner.""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,12 +14,9 @@ from portq.conformance.helpers import OTHER_OWNER, take_away
 
 
 @pytest.fixture
-def queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
-    """A Queue of this test's own, overriding the suite's: the hooks and middleware it
-    adds end with it (the suite's ``queue`` is shared by the whole session)."""
-    q = portq.connect(engine_url, prefix=table_prefix, pool_size=8)
-    yield q
-    q.close()
+def queue(own_queue: portq.Queue) -> portq.Queue:
+    """This module's tests add hooks and middleware: each gets a Queue of its own."""
+    return own_queue
 
 
 def test_enqueue_hooks_store_meta_that_the_claim_returns(queue: portq.Queue,
