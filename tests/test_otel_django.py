@@ -1,6 +1,8 @@
 """portq.contrib.otel through the Django backend (Django 6, Python >= 3.12): a task enqueued
 with ``task.enqueue()`` inside a request's span is run by the backend's worker
-(``TaskRunner``, as ``manage.py portq_worker`` runs it) in the same trace, on SQLite."""
+(``TaskRunner``, as ``manage.py portq_worker`` runs it) in the same trace, on SQLite
+(Django's "default" alias: this module's settings, or the example shop's when
+tests/test_django.py configured Django first in the same run)."""
 
 from __future__ import annotations
 
@@ -48,8 +50,6 @@ def add(a: int, b: int) -> int:
 
 
 def test_a_django_task_runs_in_the_trace_that_enqueued_it() -> None:
-    if settings.DATABASES["default"]["NAME"] != str(DB):
-        pytest.skip("Django was configured by another test module")
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -60,11 +60,13 @@ def test_a_django_task_runs_in_the_trace_that_enqueued_it() -> None:
         result: Any = add.enqueue(2, 3)
     worker = portq.Worker(backend.queue, "default", TaskRunner(backend), burst=True,
                           reap_interval=None, prune_interval=None, registry_interval=None)
-    assert worker.run().succeeded == 1
+    assert worker.run().succeeded >= 1  # jobs another test left on the queue run too
     result.refresh()
     assert result.return_value == 5
-    (producer,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.PRODUCER]
-    (consumer,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CONSUMER]
+    mine = [s for s in exporter.get_finished_spans()
+            if (s.attributes or {}).get("messaging.message.id") == result.id]
+    (producer,) = [s for s in mine if s.kind == SpanKind.PRODUCER]
+    (consumer,) = [s for s in mine if s.kind == SpanKind.CONSUMER]
     trace_id = request.get_span_context().trace_id
     assert producer.context.trace_id == consumer.context.trace_id == trace_id
     assert consumer.parent is not None and consumer.parent.span_id == producer.context.span_id
