@@ -136,15 +136,13 @@ def test_bad_worker_middleware_is_one_clear_error(tmp_path: Path, middleware: An
         q.migrate()
         with pytest.raises(portq.ConfigurationError, match=message):
             portq.Worker(q, "q", lambda j: None, middleware=middleware)
-        with pytest.raises(portq.ConfigurationError, match=message.replace("a list of", "")):
-            for mw in middleware if isinstance(middleware, list) else [middleware]:
-                q.add_middleware(mw)
-                if not isinstance(middleware, list):
-                    raise portq.ConfigurationError("must be  middleware")
+        if isinstance(middleware, list):  # one middleware at a time: the same check
+            with pytest.raises(portq.ConfigurationError, match=message):
+                q.add_middleware(middleware[0])
 
 
 def test_bad_task_middleware_and_hooks_are_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(portq.ConfigurationError, match="@portq.task middleware"):
+    with pytest.raises(portq.ConfigurationError, match=r"@portq\.task middleware"):
         portq.task(queue="q", middleware=[42])
     with portq.connect(f"sqlite:///{tmp_path}/q.db") as q:
         with pytest.raises(portq.ConfigurationError, match="needs before= or after="):
