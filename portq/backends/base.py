@@ -933,8 +933,19 @@ class SqlBackend(Backend):
     def set_progress(self, claim: Claim, fraction: float | None, note: str) -> bool:
         """Store a running job's progress report if ``claim`` still owns the job (fenced as
         :meth:`complete`); False: nothing was written."""
-        return self._guarded("set_progress", {**self.guard(claim), "progress": fraction,
-                                              "note": storable_error(note) or None})
+        return self.set_progress_many([(claim, fraction, note)])[0]
+
+    def set_progress_many(self, reports: Sequence[tuple[Claim, float | None, str]]
+                          ) -> list[bool]:
+        """:meth:`set_progress` for several jobs in one transaction (a worker's progress
+        writer); one result per report."""
+        if not reports:
+            return []
+        params = [{**self.guard(claim), "progress": fraction,
+                   "note": storable_error(note) or None} for claim, fraction, note in reports]
+        return self.run("set_progress", lambda cur: [
+            self.execute(cur, "set_progress", p).rowcount == 1 for p in params],
+            single=len(params) == 1)
 
     # ---- results ------------------------------------------------------------------------
 

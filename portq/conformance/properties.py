@@ -202,6 +202,7 @@ PROPERTIES = (
         "test_progress_refuses_a_fraction_outside_0_to_1",
         "test_a_long_progress_note_is_cut",
         "test_progress_is_written_at_most_once_a_second_latest_kept",
+        "test_progress_of_many_jobs_is_one_write_a_second",
         "test_progress_of_an_async_handler_does_not_block_the_loop")),
 )
 

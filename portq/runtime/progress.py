@@ -1,13 +1,16 @@
 """Writing running jobs' progress reports (:meth:`portq.Job.progress`) for a worker.
 
-A report never waits for the database: it is kept as the job's latest and written by one
-thread of this writer's own, at most once per :attr:`ProgressWriter.interval` per job (a
-report made sooner waits, replaced by any later one: the latest is what gets written).
-Each write is fenced like every write of the job's owner (``set_progress``: job,
-generation, worker, running, lease not expired), so a worker that lost the job writes
-nothing. A report still waiting when its handler returns is dropped: the outcome's write
-follows at once, and a fenced write after it would be refused anyway. The thread starts on
-the first report and ends after :attr:`IDLE_S` without any."""
+A report never waits for the database: it is kept as its job's latest, and one thread of
+this writer's own writes the latest report of every job that has one, all in one
+transaction, at most once per :attr:`ProgressWriter.interval` (a second): so at most one
+write per job per second, the latest value kept, and at most one progress transaction per
+second per worker whatever the number of jobs (on SQLite, one write lock for every
+writer, that keeps progress out of the way of claims and completions). The first report
+after a quiet second is written at once. Each write is fenced like every write of the job's
+owner (``set_progress``: job, generation, worker, running, lease not expired), so a worker
+that lost the job writes nothing. A report still waiting when its handler returns is
+dropped: the outcome's write follows at once, and a fenced write after it would be refused
+anyway. The thread starts on the first report and ends after :attr:`IDLE_S` without any."""
 
 from __future__ import annotations
 
@@ -37,10 +40,11 @@ class ProgressWriter:
         self.interval = interval
         self._cond = threading.Condition()
         self._waiting: dict[Attempt, tuple[Job, float | None, str]] = {}
-        self._last: dict[Attempt, float] = {}  # when each attempt's last write was sent
+        self._sent = -interval  # when the last batch was sent (time.monotonic())
         self._thread: threading.Thread | None = None
-        #: writes sent and writes the database refused (the claim no longer owned the job)
-        self.written = self.refused = 0
+        #: reports written, reports the database refused (the claim no longer owned the
+        #: job), and transactions sent
+        self.written = self.refused = self.batches = 0
 
     def report(self, job: Job, fraction: float | None, note: str) -> None:
         """Keep ``job``'s latest report for the writer (any thread; never blocks on I/O)."""
@@ -56,52 +60,42 @@ class ProgressWriter:
         """``job``'s handler returned: forget it (a report still waiting is dropped)."""
         with self._cond:
             self._waiting.pop((job.id, job.attempt), None)
-            self._last.pop((job.id, job.attempt), None)
-
-    def _due(self, now: float) -> tuple[list[tuple[Job, float | None, str]], float | None]:
-        """Reports whose attempt may be written now (taken out), and the seconds until
-        the next one may (None: none waits). ``_cond`` held."""
-        due, wait = [], None
-        for attempt, report in list(self._waiting.items()):
-            at = self._last.get(attempt, -self.interval) + self.interval
-            if at <= now:
-                due.append(report)
-                del self._waiting[attempt]
-                self._last[attempt] = now
-            else:
-                wait = at - now if wait is None else min(wait, at - now)
-        return due, wait
 
     def _serve(self) -> None:
         idle_since = time.monotonic()
         while True:
             with self._cond:
-                due, wait = self._due(time.monotonic())
-                if not due:
-                    if wait is None and time.monotonic() - idle_since >= self.IDLE_S:
+                now = time.monotonic()
+                if not self._waiting:
+                    if now - idle_since >= self.IDLE_S:
                         self._thread = None  # the next report starts another
                         return
-                    self._cond.wait(self.IDLE_S if wait is None else wait)
+                    self._cond.wait(self.IDLE_S)
                     continue
-            for job, fraction, note in due:
-                self._write(job, fraction, note)
+                if now < self._sent + self.interval:
+                    self._cond.wait(self._sent + self.interval - now)
+                    continue
+                batch = list(self._waiting.values())
+                self._waiting.clear()
+                self._sent = now
+            self._write(batch)
             idle_since = time.monotonic()
 
-    def _write(self, job: Job, fraction: float | None, note: str) -> None:
-        claim = job.claim
-        if claim is None:
-            return
+    def _write(self, batch: list[tuple[Job, float | None, str]]) -> None:
+        reports = [(job.claim, fraction, note) for job, fraction, note in batch
+                   if job.claim is not None]
         try:
-            ok = self.backend.set_progress(claim, fraction, note)
-        except Exception as exc:  # noqa: BLE001 - progress is best effort: the job goes on
-            log.warning("job.progress_error job_id=%d queue=%s generation=%d error=%s: %s",
-                        job.id, job.queue, job.attempt, type(exc).__name__, exc)
+            results = self.backend.set_progress_many(reports)
+        except Exception as exc:  # noqa: BLE001 - progress is best effort: the jobs go on
+            log.warning("job.progress_error job_ids=%s error=%s: %s",
+                        ",".join(str(job.id) for job, _, _ in batch), type(exc).__name__,
+                        exc)
             return
         with self._cond:
-            if ok:
-                self.written += 1
-            else:
-                self.refused += 1
-        if not ok:
-            log.debug("job.progress_refused job_id=%d queue=%s generation=%d: the claim no "
-                      "longer owns the job", job.id, job.queue, job.attempt)
+            self.batches += 1
+            self.written += sum(results)
+            self.refused += len(results) - sum(results)
+        for (claim, _, _), ok in zip(reports, results, strict=True):
+            if not ok:
+                log.debug("job.progress_refused job_id=%d generation=%d: the claim no "
+                          "longer owns the job", claim.job_id, claim.generation)
