@@ -19,6 +19,7 @@ from portq.errors import (
     SchemaError,
     SchemaMissingError,
 )
+from portq.hooks import Enqueueing
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
@@ -36,6 +37,7 @@ __all__ = [
     "DatabaseError",
     "DatabaseMissing",
     "DriverMissingError",
+    "Enqueueing",
     "InvalidQueueName",
     "Job",
     "JobCancelled",

@@ -201,7 +201,29 @@ class AsyncQueue:
         built = self.queue.new_jobs(jobs)
         return await self._enqueue(built, conn) if built else []
 
+    def add_enqueue_hook(self, before: Any = None, after: Any = None) -> None:
+        """See :meth:`portq.Queue.add_enqueue_hook` (the hooks are the sync queue's)."""
+        self.queue.add_enqueue_hook(before, after)
+
+    def add_middleware(self, middleware: Any) -> None:
+        """See :meth:`portq.Queue.add_middleware`."""
+        self.queue.add_middleware(middleware)
+
     async def _enqueue(self, jobs: list[NewJob], conn: Any) -> list[int]:
+        """Insert ``jobs`` with the queue's enqueue hooks (:mod:`portq.hooks`)."""
+        hooks = self.queue.hooks
+        if not hooks:
+            return await self._write_jobs(jobs, conn)
+        jobs, seen = hooks.prepare(jobs)
+        try:
+            ids = await self._write_jobs(jobs, conn)
+        except BaseException as exc:
+            hooks.finish(seen, None, exc)
+            raise
+        hooks.finish(seen, ids)
+        return ids
+
+    async def _write_jobs(self, jobs: list[NewJob], conn: Any) -> list[int]:
         if conn is None:
             if self.native:
                 return list(await self._run("enqueue", lambda cur: self._insert(cur, jobs)))

@@ -78,19 +78,33 @@ def parse_lease(text: str) -> float:
     return seconds
 
 
-def load_handler(spec: str) -> Callable[[Job], Any]:
-    """Import ``module:function``; a clear error when it does not import."""
+def load_handler(spec: str, what: str = "handler") -> Callable[[Job], Any]:
+    """Import ``module:function`` (a ``what``: handler, middleware); a clear error when it
+    does not import."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigurationError(f"handler {spec!r} must look like module:function")
-    target: Any = import_module(module_name, "handler")
+        raise ConfigurationError(f"{what} {spec!r} must look like module:function")
+    target: Any = import_module(module_name, what)
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise ConfigurationError(f"handler {spec!r}: {module_name} has no {attr!r}")
+            raise ConfigurationError(f"{what} {spec!r}: {module_name} has no {attr!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ConfigurationError(f"handler {spec!r} is not callable")
+        raise ConfigurationError(f"{what} {spec!r} is not callable")
     return target  # type: ignore[no-any-return]
+
+
+def _instrument(args: argparse.Namespace, q: portq.Queue) -> None:
+    """``--otel``: trace the worker's jobs with the application's OpenTelemetry setup."""
+    if not args.otel:
+        return
+    try:
+        from portq.contrib import otel
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(f"--otel needs OpenTelemetry ({exc.name} is missing): pip "
+                                 "install 'portq[otel]', and configure an SDK and exporter "
+                                 "(e.g. in the --handler/--app module)") from None
+    otel.instrument(q)
 
 
 def _url(args: argparse.Namespace) -> str:
@@ -208,7 +222,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
                        reap_delay=args.reap_delay, prune_interval=args.prune_interval or None,
                        prune_older_than=args.prune_older_than, prefetch=args.prefetch,
                        ack_delay=args.ack_delay, claimers=args.claimers,
-                       job_timeout=args.job_timeout)
+                       job_timeout=args.job_timeout,
+                       middleware=[load_handler(spec, "middleware")
+                                   for spec in args.middleware or ()])
+        _instrument(args, q)
         worker: Worker | AsyncWorker = AsyncWorker(AsyncQueue(q), queues, handler, **options) \
             if args.asyncio else Worker(q, queues, handler, **options)
         stops = _start_worker_extras(args, q, worker)
@@ -496,7 +513,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                                                      limit=args.limit))
 
 
-JOB_COLUMNS = ["id", "state", "queue", "priority", "run_at", "attempts", "key", "last_error"]
+JOB_COLUMNS = ["id", "state", "queue", "priority", "run_at", "attempts", "progress", "key",
+               "last_error"]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -513,7 +531,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
     _print_table(JOB_COLUMNS, [[
         str(r.id), r.state, r.queue, str(r.priority), _cell(r.run_at),
-        f"{r.attempts}/{r.max_attempts}", r.key or "-", error_line(r.last_error)[:80] or "-"]
+        f"{r.attempts}/{r.max_attempts}", (r.progress_text() or "-")[:40], r.key or "-",
+        error_line(r.last_error)[:80] or "-"]
         for r in records])
     if len(records) == args.limit:
         print(f"(the first {args.limit} {which}{where} by id; next page: --after-id "
@@ -553,6 +572,9 @@ def _describe(r: JobRecord) -> Iterator[str]:
         ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
         ("worker_id", r.worker_id), ("lease_until", r.lease_until),
         ("payload", json.dumps(r.payload, ensure_ascii=False)),
+        ("progress", None if r.progress_at is None else
+         f"{r.progress_text()} (at {_cell(r.progress_at)})"),
+        ("meta", json.dumps(r.meta, ensure_ascii=False) if r.meta else None),
         ("last_error", error_line(r.last_error) or None)]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
@@ -781,6 +803,12 @@ def build_parser() -> argparse.ArgumentParser:
              "longest an attempt may run: past it the attempt fails with JobTimeout (retried "
              "by the backoff), its handler is told (job.cancelled(); an async handler's task "
              "is cancelled) and whatever it does later is not recorded (default: none)")
+    p.add_argument("--middleware", action="append", default=None, metavar="MODULE:NAME",
+                   help="a middleware mw(job, call_next) around every job (def or async "
+                        "def); repeat for more, outermost first")
+    p.add_argument("--otel", action="store_true",
+                   help="trace every job with OpenTelemetry (portq[otel]; the handler's "
+                        "module configures the SDK), continuing its enqueuer's trace")
     p.add_argument("--asyncio", action="store_true",
                    help="run handlers as asyncio tasks on one event loop (portq.aio."
                         "AsyncWorker; plain def handlers on threads of its own) instead of "

@@ -11,6 +11,11 @@ portq's own calls run on. A plain function that returns an awaitable (a decorato
 forgot to be async) has it awaited on either worker, so its work is never skipped. The
 task that awaits a handler (its own on the sync worker, the job's on the async one) is
 cancelled when the worker learns that an operator cancelled its job.
+
+The runner also calls the middleware chain around the handler
+(:mod:`portq.runtime.middleware`: the queue's, the worker's, the job's task's), and gives
+each job its progress sink (:class:`portq.runtime.progress.ProgressWriter`) while its
+handler runs.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import functools
 import inspect
 import queue
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
 from portq.job import Job
+from portq.runtime.middleware import Middleware, Step, step_of, steps_of
+from portq.runtime.progress import ProgressWriter
+
+if TYPE_CHECKING:
+    from portq.queue import Queue
 
 
 class HandlerRunner:
@@ -34,7 +44,9 @@ class HandlerRunner:
     object that cannot be a handler (not callable, or a generator function, whose body a
     call would never run)."""
 
-    def __init__(self, handler: Callable[[Job], Any]) -> None:
+    def __init__(self, handler: Callable[[Job], Any],
+                 middleware: Iterable[Middleware] | None = None, *,
+                 queue: Queue | None = None) -> None:
         name = getattr(handler, "__qualname__", None) or repr(handler)
         if not callable(handler):
             raise ConfigurationError(f"handler {name} is not callable: pass a function "
@@ -52,16 +64,88 @@ class HandlerRunner:
             inspect.iscoroutinefunction(call)
         self._local = threading.local()
         self._threads = HandlerThreads()
+        #: the worker's middleware (``middleware=[...]``, then :meth:`use`)
+        self.middleware: tuple[Step, ...] = steps_of(middleware, "middleware")
+        self._queue = queue
+        self._for_task: Callable[[Job], tuple[Step, ...]] | None = \
+            getattr(handler, "middleware_for", None)
+        #: writes the jobs' progress reports (None without a queue: reports are kept only)
+        self.progress = None if queue is None else ProgressWriter(queue.backend)
+
+    def use(self, middleware: Middleware) -> None:
+        """Add ``middleware`` innermost of the worker's own (jobs that start from now on)."""
+        self.middleware = (*self.middleware, step_of(middleware, "middleware"))
+
+    def chain(self, job: Job) -> tuple[Step, ...]:
+        """The middleware around ``job``'s handler, outermost first: the queue's, the
+        worker's, the job's task's."""
+        chain = self.middleware
+        if self._queue is not None and self._queue.middleware:
+            chain = self._queue.middleware + chain
+        if self._for_task is not None:
+            chain = chain + self._for_task(job)
+        return chain
+
+    def _attach(self, job: Job) -> None:
+        if self.progress is not None:
+            job._progress.sink = self.progress.report
+
+    def _detach(self, job: Job) -> None:
+        if self.progress is not None:
+            job._progress.sink = None
+            self.progress.finished(job)
 
     # ---- from a thread (portq.Worker) ---------------------------------------------------
 
     def run(self, job: Job) -> Any:
-        """Run the handler to its end on this thread (on this thread's event loop when it
-        is async or returns an awaitable); return its result or raise what it raised."""
+        """Run the chain and the handler to their end on this thread (on this thread's
+        event loop for what is async); return the result or raise what was raised."""
+        self._attach(job)
+        try:
+            chain = self.chain(job)
+            return self._step(chain, 0, job) if chain else self._call(job)
+        finally:
+            self._detach(job)
+
+    def _call(self, job: Job) -> Any:
         result = self.handler(job)
         if inspect.isawaitable(result):
-            return self._runner().run(_cancellable(result, job))
+            return self._runner().run(_cancellable(result, job),
+                                      context=contextvars.copy_context())
         return result
+
+    def _step(self, chain: tuple[Step, ...], i: int, job: Job) -> Any:
+        """Middleware ``i`` of ``chain`` on this thread (an async one, and the rest of the
+        chain after it, on this thread's event loop)."""
+        if i == len(chain):
+            return self._call(job)
+        step = chain[i]
+        if step.is_async:
+            return self._runner().run(self._astep(chain, i, job, False),
+                                      context=contextvars.copy_context())
+        return step.fn(job, functools.partial(self._step, chain, i + 1, job))
+
+    async def _astep(self, chain: tuple[Step, ...], i: int, job: Job, on_loop: bool) -> Any:
+        """Middleware ``i`` of ``chain`` on the running loop (``on_loop``: the asyncio
+        front's; else a handler thread's own). A plain middleware runs on one of
+        :class:`HandlerThreads`; its ``call_next()`` runs the rest back on this loop and
+        waits for it."""
+        if i == len(chain):
+            if on_loop:
+                return await self._call_async(job)
+            result = self.handler(job)  # this thread's own loop: blocking it is fine
+            return await _cancellable(result, job) if inspect.isawaitable(result) else result
+        step = chain[i]
+        rest = functools.partial(self._astep, chain, i + 1, job, on_loop)
+        if step.afn is not None:
+            return await step.afn(job, rest)
+        if step.is_async:
+            return await step.fn(job, rest)
+        loop = asyncio.get_running_loop()
+
+        def call_next() -> Any:
+            return asyncio.run_coroutine_threadsafe(rest(), loop).result()
+        return await self._threads.run(lambda j: step.fn(j, call_next), job)
 
     def _runner(self) -> asyncio.Runner:
         runner: asyncio.Runner | None = getattr(self._local, "runner", None)
@@ -79,6 +163,16 @@ class HandlerRunner:
     # ---- from an event loop (portq.aio.AsyncWorker) -------------------------------------
 
     async def run_async(self, job: Job) -> Any:
+        """Await the chain and the handler in the calling task (see :meth:`_call_async`)."""
+        self._attach(job)
+        try:
+            chain = self.chain(job)
+            return await (self._astep(chain, 0, job, True) if chain else
+                          self._call_async(job))
+        finally:
+            self._detach(job)
+
+    async def _call_async(self, job: Job) -> Any:
         """Await the handler in the calling task (a plain one runs on one of this
         runner's threads meanwhile, :class:`HandlerThreads`, and is awaited to its end).
         When the worker learns that an operator cancelled ``job`` while it awaits the

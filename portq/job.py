@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import enum
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from portq.errors import JobCancelled
+from portq.errors import ConfigurationError, JobCancelled
+
+#: the longest progress note kept (longer ones are cut, ending with "…")
+PROGRESS_NOTE_LIMIT = 200
 
 
 class State(enum.StrEnum):
@@ -84,6 +88,34 @@ class CancelSignal:
         callback()
 
 
+class ProgressSlot:
+    """Where a running job's progress reports go: the worker's sink (it writes them, fenced
+    and rate-limited, off the handler's thread) and the latest report, kept for tests."""
+
+    __slots__ = ("last", "sink")
+
+    def __init__(self) -> None:
+        self.sink: Callable[[Job, float | None, str], None] | None = None
+        #: the latest (fraction, note) reported, or None
+        self.last: tuple[float | None, str] | None = None
+
+
+def progress_value(fraction: float | None, note: str) -> tuple[float | None, str]:
+    """A progress report checked: ``fraction`` None or a number from 0 to 1, ``note`` text
+    (cut to :data:`PROGRESS_NOTE_LIMIT` characters)."""
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or \
+                math.isnan(fraction) or not 0 <= fraction <= 1:
+            raise ConfigurationError(f"progress fraction must be a number from 0 to 1 or "
+                                     f"None, got {fraction!r}")
+        fraction = float(fraction)
+    if not isinstance(note, str):
+        raise ConfigurationError(f"progress message must be a str, got {type(note).__name__}")
+    if len(note) > PROGRESS_NOTE_LIMIT:
+        note = note[:PROGRESS_NOTE_LIMIT - 1] + "…"
+    return fraction, note
+
+
 @dataclass(frozen=True)
 class Job:
     """A claimed job as a handler sees it. ``attempt`` is the claim's generation (1-based).
@@ -110,8 +142,35 @@ class Job:
     leased_at: float | None = field(default=None, repr=False, compare=False)
     #: the longest this attempt may run, in seconds (``enqueue(timeout=)``), or None
     timeout: float | None = field(default=None, repr=False, compare=False)
+    #: when the job became due (its ``run_at``, by the database clock): enqueued, or the
+    #: retry's time; None where unknown
+    run_at: datetime | None = field(default=None, repr=False, compare=False)
+    #: what was stored with the job at enqueue (strings: the enqueuer's trace context,
+    #: what enqueue hooks added); empty when nothing was
+    meta: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
     _cancel: CancelSignal = field(default_factory=CancelSignal, init=False, repr=False,
                                   compare=False)
+    _progress: ProgressSlot = field(default_factory=ProgressSlot, init=False, repr=False,
+                                    compare=False)
+
+    @property
+    def task(self) -> str | None:
+        """The task name the payload gives (``{"task": name, ...}``), or None."""
+        name = self.payload.get("task") if isinstance(self.payload, dict) else None
+        return name if isinstance(name, str) else None
+
+    def progress(self, fraction: float | None, message: str = "") -> None:
+        """Report how far this attempt got: ``fraction`` from 0 to 1 (or None when unknown)
+        and a short ``message`` (at most 200 characters kept). Never waits for the
+        database: the worker writes the latest report with the job, at most once a second
+        per job, and only while this attempt still owns it (a job whose lease was lost
+        cannot overwrite its new owner's progress). ``portq job``, ``portq jobs`` and the
+        dashboard show it."""
+        report = progress_value(fraction, message)
+        slot = self._progress
+        slot.last = report
+        if slot.sink is not None:
+            slot.sink(self, *report)
 
     def cancelled(self) -> bool:
         """True once the worker learned that this job was cancelled, or that it ran past
@@ -162,10 +221,24 @@ class JobRecord:
     #: database clock; None until the job is first claimed)
     started_at: datetime | None = None
     first_started_at: datetime | None = None
+    #: the running (or last) attempt's latest progress report: a fraction from 0 to 1 or
+    #: None, a short note, when it was written (None: never reported)
+    progress: float | None = None
+    progress_note: str | None = None
+    progress_at: datetime | None = None
+    #: what was stored with the job at enqueue (``portq job`` reads it; listings do not)
+    meta: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 strings."""
         return {k: _json_value(getattr(self, k)) for k in self.__dataclass_fields__}
+
+    def progress_text(self) -> str | None:
+        """The progress report as one line (``40% resized 40 of 100``), or None."""
+        if self.progress_at is None:
+            return None
+        percent = "" if self.progress is None else f"{self.progress * 100:.0f}%"
+        return " ".join(p for p in (percent, self.progress_note or "") if p) or "reported"
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,11 @@
 
 The format is small and stable (``# HELP``/``# TYPE`` lines, then ``name{labels} value``),
 so portq writes it itself rather than requiring ``prometheus_client``. Counters come from
-:class:`portq.worker.WorkerCounters`, one series per queue; claim latency is a histogram
-per queue fed by the worker's ``counters.claim_observers``; queue depth and the oldest
+:class:`portq.worker.WorkerCounters`, one series per queue (the outcomes as written: a
+middleware sees what a handler did, not whether fencing let it be recorded); claim latency
+is a histogram per queue fed by the worker's ``counters.claim_observers``; wait time (due
+→ handler start) and run time are histograms per queue fed by a middleware the metrics add
+to the worker (:class:`JobTimes`, :meth:`portq.Worker.use`); queue depth and the oldest
 ready job's age are read from :meth:`portq.Queue.stats` at scrape time (by the database
 clock). A :class:`portq.Worker` or a :class:`portq.aio.AsyncWorker` (with its
 ``AsyncQueue``) is served the same way::
@@ -19,16 +22,22 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
+from portq.job import Job
 from portq.queue import Queue
 from portq.worker import WorkerCounters
 
 log = logging.getLogger("portq.metrics")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: seconds a job waits or runs: milliseconds to an hour
+JOB_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+               300.0, 900.0, 3600.0)
 # (metric suffix, WorkerCounters field, help)
 COUNTERS = (
     ("claimed", "claimed", "Jobs claimed by this worker."),
@@ -79,6 +88,11 @@ class ServedWorker(Protocol):
     def counters(self) -> WorkerCounters: ...
 
     @property
+    def lease(self) -> float: ...
+
+    def use(self, middleware: Any) -> None: ...
+
+    @property
     def inflight(self) -> int: ...
 
 
@@ -92,6 +106,8 @@ class WorkerMetrics:
         for qname, seconds in list(worker.counters.claims):  # claims before metrics started
             self._observe(seconds, qname)
         worker.counters.claim_observers.append(self._observe)
+        self.times = JobTimes(worker.queues, worker.lease)
+        worker.use(self.times)
 
     def _observe(self, seconds: float, queue: str) -> None:
         histogram = self.claim_latency.get(queue)
@@ -112,6 +128,15 @@ class WorkerMetrics:
                   f"# TYPE {name} histogram"]
         for q, histogram in self.claim_latency.items():
             lines += histogram.lines(name, f'queue="{_escape(q)}"')
+        for name, help_, histograms in (
+                ("portq_job_wait_seconds", "Time from when a job was due (enqueued, or its "
+                 "retry time) to when its handler started, by the database clock.",
+                 self.times.wait),
+                ("portq_job_run_seconds", "Time one attempt's handler ran (with the "
+                 "middleware inside the metrics').", self.times.run)):
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
+            for q, histogram in histograms.items():
+                lines += histogram.lines(name, f'queue="{_escape(q)}"')
         lines += ["# HELP portq_worker_inflight Jobs this worker is running now.",
                   "# TYPE portq_worker_inflight gauge",
                   f"portq_worker_inflight {self.worker.inflight}"]
@@ -148,6 +173,51 @@ class WorkerMetrics:
             lines += [f"# HELP {name} {helps[key]}", f"# TYPE {name} gauge"]
             lines += [name + sample for sample in samples]
         return lines
+
+
+class JobTimes:
+    """A worker middleware observing, per queue, each job's wait (from its ``run_at`` to
+    its handler's start: the claim's database time, ``lease_until`` minus the lease, plus
+    the local time since the claim was sent) and each attempt's run time."""
+
+    def __init__(self, queues: Sequence[str], lease: float) -> None:
+        self.lease = lease
+        self.wait = {name: Histogram(JOB_BUCKETS) for name in queues}
+        self.run = {name: Histogram(JOB_BUCKETS) for name in queues}
+
+    def waited(self, job: Job) -> float | None:
+        """Seconds from ``job``'s due time to now (None where the claim did not say)."""
+        if job.run_at is None or job.claim is None:
+            return None
+        claimed = job.claim.lease_until - timedelta(seconds=self.lease)
+        since = 0.0 if job.leased_at is None else time.monotonic() - job.leased_at
+        return max(0.0, (claimed - job.run_at).total_seconds() + since)
+
+    def __call__(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        started = self._started(job)
+        try:
+            return call_next()
+        finally:
+            self._ran(job, started)
+
+    async def acall(self, job: Job, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        started = self._started(job)
+        try:
+            return await call_next()
+        finally:
+            self._ran(job, started)
+
+    def _started(self, job: Job) -> float:
+        waited = self.waited(job)
+        histogram = self.wait.get(job.queue)
+        if waited is not None and histogram is not None:
+            histogram.observe(waited)
+        return time.perf_counter()
+
+    def _ran(self, job: Job, started: float) -> None:
+        histogram = self.run.get(job.queue)
+        if histogram is not None:
+            histogram.observe(time.perf_counter() - started)
 
 
 def _escape(value: str) -> str:

@@ -60,6 +60,9 @@ class NewJob:
     concurrency_limit: int | None = None
     #: the longest one attempt may run, in ms (None: the worker's job_timeout, if any)
     timeout_ms: int | None = None
+    #: JSON text of a small object of strings stored with the job (the enqueuer's trace
+    #: context, what enqueue hooks added; :mod:`portq.hooks`), or None
+    meta: str | None = None
 
 
 @dataclass(frozen=True)

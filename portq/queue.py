@@ -15,6 +15,7 @@ from portq.backends import backend_for
 from portq.backends.base import JOB_ORDERS, SqlBackend
 from portq.durations import seconds_of
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
+from portq.hooks import EnqueueHooks, Hook
 from portq.job import (
     ACTIVE_STATES,
     ALL_STATES,
@@ -26,9 +27,11 @@ from portq.job import (
     QueueStats,
     State,
     WorkerInfo,
+    progress_value,
 )
 from portq.protocol import NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
+from portq.runtime.middleware import Middleware, Step, step_of
 from portq.url import parse_url
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -204,6 +207,22 @@ class Queue:
         self.max_result_bytes = positive_int(max_result_bytes, "max_result_bytes")
         self.default_max_attempts = positive_int(max_attempts, "max_attempts")
         self.backoff = backoff
+        #: enqueue hooks (:meth:`add_enqueue_hook`) and the middleware every worker made on
+        #: this queue runs outermost (:meth:`add_middleware`)
+        self.hooks = EnqueueHooks()
+        self.middleware: tuple[Step, ...] = ()
+
+    def add_enqueue_hook(self, before: Hook | None = None, after: Hook | None = None) -> None:
+        """Call ``before(job)`` for each new job before it is inserted (it may add strings
+        to ``job.meta``, stored with the job) and ``after(job)`` once the insert returned
+        (``job.id``, ``job.created``, or ``job.error``): see :mod:`portq.hooks`. Applies to
+        :class:`portq.aio.AsyncQueue` over this queue too."""
+        self.hooks.add(before, after)
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Run ``middleware`` around the handler of every job of every worker made on this
+        queue, outside the worker's own (see :mod:`portq.runtime.middleware`)."""
+        self.middleware = (*self.middleware, step_of(middleware, "queue middleware"))
 
     def __repr__(self) -> str:
         return f"Queue({self.backend.url.redacted()!r})"
@@ -260,7 +279,7 @@ class Queue:
         named the job whose id is returned)."""
         job = self.new_job(queue, payload, priority=priority, run_at=run_at, delay=delay,
                            max_attempts=max_attempts, key=key, **unique)
-        return self.backend.enqueue_results([job], conn=self._dbapi(conn))[0]
+        return self._insert([job], conn)[0]
 
     def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's); each mapping holds
@@ -268,7 +287,21 @@ class Queue:
         built = self.new_jobs(jobs)
         if not built:
             return []
-        return self.backend.enqueue(built, conn=self._dbapi(conn))
+        return [result.id for result in self._insert(built, conn)]
+
+    def _insert(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
+        """Insert ``jobs`` (in ``conn``'s transaction when given), with the enqueue hooks."""
+        dbapi = self._dbapi(conn)
+        if not self.hooks:
+            return self.backend.enqueue_results(jobs, conn=dbapi)
+        jobs, seen = self.hooks.prepare(jobs)
+        try:
+            results = self.backend.enqueue_results(jobs, conn=dbapi)
+        except BaseException as exc:
+            self.hooks.finish(seen, None, exc)
+            raise
+        self.hooks.finish(seen, results)
+        return results
 
     def new_jobs(self, jobs: Iterable[Mapping[str, Any]]) -> list[NewJob]:
         """Validate the job mappings of :meth:`enqueue_many`; raise before any is written."""
@@ -378,6 +411,13 @@ class Queue:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
         ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
         return self.backend.fail(_claim_of(job), str(error), ms)
+
+    def set_progress(self, job: Job | Claim, fraction: float | None, message: str = "") -> bool:
+        """Store a running job's progress now (fenced: False when the claim no longer owns
+        the job). Handlers call :meth:`portq.Job.progress` instead, which never waits and
+        is rate-limited; this is the one write it makes."""
+        fraction, message = progress_value(fraction, message)
+        return self.backend.set_progress(_claim_of(job), fraction, message)
 
     def release(self, job: Job | Claim) -> bool:
         """Return an unstarted job to ready now, giving its attempt back while the job's

@@ -44,6 +44,7 @@ from portq.queue import (
     validate_priority,
     validate_queue,
 )
+from portq.runtime.middleware import Middleware, Step, steps_of
 
 if TYPE_CHECKING:
     from portq.aio import AsyncQueue
@@ -98,6 +99,8 @@ class Task(Generic[P, R]):
     name: str
     fn: Callable[P, R]
     defaults: JobOptions = field(repr=False)
+    #: middleware around this task's function, inside the worker's (``middleware=``)
+    middleware: tuple[Step, ...] = field(default=(), repr=False)
 
     @property
     def queue(self) -> str:
@@ -170,15 +173,18 @@ def _target(using: Any) -> Any:
 
 
 def task(*, queue: str, name: str | None = None, priority: int = 0,
-         max_attempts: int | None = None,
-         timeout: Any = None) -> Callable[[Callable[P, R]], Task[P, R]]:
+         max_attempts: int | None = None, timeout: Any = None,
+         middleware: Iterable[Middleware] | None = None
+         ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """Register a function (``def`` or ``async def``) as a task of ``queue``; ``timeout``
-    (seconds, a timedelta or ``'30s'``) is the longest one attempt of its jobs may run."""
+    (seconds, a timedelta or ``'30s'``) is the longest one attempt of its jobs may run;
+    ``middleware`` runs around it, inside the worker's (:mod:`portq.runtime.middleware`)."""
     if timeout is not None:
         seconds_of(timeout, "timeout")  # refused now, not at the first enqueue
     defaults = JobOptions(queue=validate_queue(queue), priority=validate_priority(priority),
                           max_attempts=None if max_attempts is None else
                           positive_int(max_attempts, "max_attempts"), timeout=timeout)
+    steps = steps_of(middleware, "@portq.task middleware")
 
     def register(fn: Callable[P, R]) -> Task[P, R]:
         if not callable(fn) or inspect.isgeneratorfunction(fn) or \
@@ -192,7 +198,7 @@ def task(*, queue: str, name: str | None = None, priority: int = 0,
         if known is not None and _origin(known.fn) != _origin(fn):
             raise ConfigurationError(f"task name {task_name!r} is already registered for "
                                      f"{_origin(known.fn)}")
-        registered: Task[P, R] = Task(task_name, fn, defaults)
+        registered: Task[P, R] = Task(task_name, fn, defaults, steps)
         REGISTRY[task_name] = registered  # a reloaded module replaces its own tasks
         return registered
 
@@ -219,6 +225,13 @@ class TaskRouter:
 
     def __repr__(self) -> str:
         return f"TaskRouter({sorted(self.tasks)})"
+
+    def middleware_for(self, job: Job) -> tuple[Step, ...]:
+        """The middleware of the task ``job`` names (none for an unknown task: its handler
+        call then fails, inside the worker's middleware)."""
+        name = job.task
+        found = None if name is None else self.tasks.get(name)
+        return () if found is None else found.middleware
 
     def resolve(self, job: Job) -> tuple[Task[Any, Any], list[Any], dict[str, Any]]:
         """The task ``job`` names and its arguments; :class:`UnknownTask` otherwise."""

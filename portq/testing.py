@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from portq.errors import ConfigurationError, Permanent
+from portq.handler import HandlerRunner
 from portq.job import Job, JobRecord, State
 from portq.queue import Queue, validate_queue
+from portq.runtime.middleware import Middleware
 from portq.worker import RetryAfter
 
 Handler = Callable[[Job], Any]
@@ -119,7 +121,8 @@ class DrainResult:
 def drain(queue: Queue, handler_or_tasks: Handler | Mapping[str, Handler], *,
           queues: Sequence[str] | str | None = None, max_jobs: int = 10_000,
           raise_errors: bool = False, lease: float = 300.0,
-          worker_id: str = "portq-testing") -> DrainResult:
+          worker_id: str = "portq-testing",
+          middleware: Sequence[Middleware] | None = None) -> DrainResult:
     """Claim and run jobs one at a time, in this thread, until no due job is ready.
 
     ``handler_or_tasks`` is one handler for every queue, or a mapping of queue name to
@@ -129,13 +132,31 @@ def drain(queue: Queue, handler_or_tasks: Handler | Mapping[str, Handler], *,
     dead, :class:`~portq.RetryAfter` and other exceptions retry after the queue's backoff
     (a retry in the future is not run again by this drain). ``raise_errors`` re-raises a
     handler's exception once its failure is recorded. ``max_jobs`` bounds a handler that keeps
-    enqueueing (a :class:`ConfigurationError` past it).
+    enqueueing (a :class:`ConfigurationError` past it). ``middleware`` (and the queue's,
+    :meth:`portq.Queue.add_middleware`) runs around each handler as a worker runs it, with
+    the task's own for a :class:`~portq.tasks.TaskRouter`; progress reports are then written
+    as a worker writes them.
     """
     handlers = dict(handler_or_tasks) if isinstance(handler_or_tasks, Mapping) else {}
     if not handlers and not callable(handler_or_tasks):
         raise ConfigurationError("drain needs a handler or a mapping of queue to handler")
     names = [queues] if isinstance(queues, str) else list(queues or handlers)
     result = DrainResult()
+    runners: dict[int, HandlerRunner] = {}
+    try:
+        return _drain(queue, handlers, handler_or_tasks, names, result, runners, middleware,
+                      max_jobs=max_jobs, raise_errors=raise_errors, lease=lease,
+                      worker_id=worker_id)
+    finally:
+        for runner in runners.values():
+            runner.close_thread()
+
+
+def _drain(queue: Queue, handlers: dict[str, Handler],
+           handler_or_tasks: Handler | Mapping[str, Handler], names: list[str],
+           result: DrainResult, runners: dict[int, HandlerRunner],
+           middleware: Sequence[Middleware] | None, *, max_jobs: int, raise_errors: bool,
+           lease: float, worker_id: str) -> DrainResult:
     while True:
         pending = names or sorted(s.queue for s in queue.stats() if s.ready)
         claimed = 0
@@ -149,9 +170,24 @@ def drain(queue: Queue, handler_or_tasks: Handler | Mapping[str, Handler], *,
                     queue.release(job)
                     raise ConfigurationError(f"drain ran max_jobs={max_jobs} jobs and the "
                                              "queues still hold ready jobs")
+                if _has_middleware(handler, middleware, queue):
+                    runner = runners.get(id(handler))
+                    if runner is None:
+                        runner = runners[id(handler)] = HandlerRunner(handler, middleware,
+                                                                      queue=queue)
+                    handler = runner.run
                 _run_one(queue, job, handler, result, raise_errors)
         if not claimed:
             return result
+
+
+def _has_middleware(handler: Handler, middleware: Sequence[Middleware] | None,
+                    queue: Queue) -> bool:
+    """Whether any middleware would run around ``handler`` (else it is called plainly)."""
+    tasks = getattr(handler, "tasks", None) if hasattr(handler, "middleware_for") else None
+    return bool(middleware or queue.middleware or
+                (isinstance(tasks, Mapping) and any(getattr(t, "middleware", ())
+                                                    for t in tasks.values())))
 
 
 def _run_one(queue: Queue, job: Job, handler: Handler, result: DrainResult,

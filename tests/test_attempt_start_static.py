@@ -80,4 +80,5 @@ def test_the_job_statement_reads_both_after_the_existing_columns(engine: str) ->
     (tree,) = sqlglot.parse(bind(load_queries(engine)["job"], SAMPLE, style).sql,
                             read=dialect)
     names = [e.alias_or_name for e in tree.expressions]
-    assert names[-2:] == ["started_at", "first_started_at"] and len(names) == 16
+    # the first 14 columns, then progress, its note and time and meta (migration 11)
+    assert names[-2:] == ["started_at", "first_started_at"] and len(names) == 20

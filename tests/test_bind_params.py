@@ -54,7 +54,7 @@ ENGINE_CALLS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
     # parameters of job_params()
     ("mysql", "insert_jobs_bulk"): ("MysqlBackend.insert_jobs", frozenset({
         "queue", "payload", "priority", "run_at", "delay_ms", "max_attempts",
-        "concurrency_key", "concurrency_limit", "timeout_ms"})),
+        "concurrency_key", "concurrency_limit", "timeout_ms", "meta"})),
     ("sqlserver", "session_setup"): ("SqlServerBackend.connect", frozenset()),
     ("sqlserver", "migration_lock"): ("SqlServerBackend.migration_lock", frozenset()),
     ("sqlserver", "transaction_state"): ("SqlServerBackend.check_committable", frozenset()),
@@ -121,6 +121,7 @@ def _workload(queue: portq.Queue) -> None:
     queue.fail(jobs[2], "boom", retry_in=None)
     queue.result(jobs[0].id)
     (job,) = queue.claim("a", "w2", limit=1)
+    queue.set_progress(job, 0.5, "half")
     queue.release(job)
     (job,) = queue.claim("a", "w2", limit=1)
     queue.snooze(job, 0)

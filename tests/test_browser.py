@@ -292,3 +292,19 @@ def test_screenshots_of_the_overview_and_a_job(browser: Any, tmp_path: Path) -> 
         assert shot.stat().st_size > 10_000
         if os.environ.get("PORTQ_WRITE_SCREENSHOTS") == "1":
             shutil.copy(shot, ROOT / "docs" / shot.name)
+
+
+def test_job_page_refreshes_progress_while_the_job_runs(page: Watch, queue: portq.Queue,
+                                                        qname: str) -> None:
+    job_id = queue.enqueue(qname, None)
+    (job,) = queue.claim(qname, "browser-w", limit=1, lease=60)
+    assert queue.set_progress(job, 0.1, "started")
+    p = page.page
+    p.goto(f"/jobs/{job_id}")
+    text = p.locator("#progress-text")
+    assert text.inner_text() == "10% started"
+    assert queue.set_progress(job, 0.7, "resized 70 of 100")
+    sync_api.expect(text).to_have_text("70% resized 70 of 100", timeout=15_000)
+    assert p.locator("#progress-bar").evaluate("b => b.value") == 0.7
+    assert queue.complete(job)
+    sync_api.expect(p.locator("#state")).to_have_text("succeeded", timeout=15_000)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -321,7 +322,7 @@ def test_jobs_lists_every_state_and_job_shows_the_error_history(engine_url: str,
                           f" in f\n    x()\nValueError: bad row {attempt}\n", retry_in=0)
     table = run_portq("jobs", *prefix, "--queue", qname, env=env).stdout.splitlines()
     assert table[0].split() == ["id", "state", "queue", "priority", "run_at", "attempts",
-                                "key", "last_error"]
+                                "progress", "key", "last_error"]
     rows = {line.split()[0]: line for line in table[1:]}
     assert " ready " in rows[str(ready)] and " 7 " in rows[str(ready)]
     assert "0/25" in rows[str(ready)] and f"{qname}-k" in rows[str(ready)]
@@ -516,3 +517,26 @@ def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
     finally:
         with portq.connect(engine_url, prefix=prefix) as q:
             q.backend.drop_schema()
+
+
+def test_jobs_and_job_show_progress_and_meta(engine_url: str, queue: Any, qname: str) -> None:
+    env = {"PORTQ_URL": engine_url}
+    prefix = ["--prefix", "portqt_"]
+    job_id = queue.enqueue(qname, {"n": 1})
+    idle = queue.enqueue(qname, {"n": 2})
+    (job,) = queue.claim(qname, "cli-w", limit=1)
+    assert job.id == job_id and queue.set_progress(job, 0.4, "resized 40 of 100")
+    table = run_portq("jobs", *prefix, "--queue", qname, env=env).stdout.splitlines()
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert " 40% resized 40 of 100 " in rows[str(job_id)]
+    assert "%" not in rows[str(idle)]  # no progress reported
+    shown = run_portq("job", str(job_id), *prefix, env=env).stdout
+    assert re.search(r"^progress\s+40% resized 40 of 100 \(at \d{4}-", shown, re.M), shown
+    listed = json.loads(run_portq("jobs", *prefix, "--queue", qname, "--json",
+                                  env=env).stdout)
+    mine = {r["id"]: r for r in listed}
+    assert (mine[job_id]["progress"], mine[job_id]["progress_note"]) == \
+        (0.4, "resized 40 of 100")
+    assert mine[idle]["progress"] is None and mine[idle]["progress_at"] is None
+    one = json.loads(run_portq("job", str(job_id), *prefix, "--json", env=env).stdout)
+    assert one["progress"] == 0.4 and one["progress_at"] is not None and one["meta"] == {}

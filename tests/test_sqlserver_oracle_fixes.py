@@ -249,14 +249,15 @@ SAMPLE = {"queue": "q", "payload": "{}", "priority": 0, "run_at": None, "delay_m
           "max_attempts": 3, "key": "k", "job_id": 1, "limit": 5, "worker_id": "w",
           "lease_ms": 1, "state": "ready", "generation": 1, "after_id": 0, "any_text": 1,
           "pattern": "%x%", "after_run_at": None, "concurrency_key": "ck",
-          "concurrency_limit": 1}
+          "concurrency_limit": 1, "meta": None}
 
 
 def test_sqlserver_keys_are_compared_and_stored_as_bytes_and_read_as_text() -> None:
     insert = _tree("sqlserver", "insert_job", SAMPLE)
-    # job_key, then concurrency_key and concurrency_limit (migration 7), then timeout_ms (9)
-    assert _key_bytes(insert.expression.expressions[-4]), "the inserted key is not bytes"
-    assert _key_bytes(insert.expression.expressions[-3]), "the concurrency key is not bytes"
+    # job_key, then concurrency_key and concurrency_limit (migration 7), timeout_ms (9),
+    # meta (11)
+    assert _key_bytes(insert.expression.expressions[-5]), "the inserted key is not bytes"
+    assert _key_bytes(insert.expression.expressions[-4]), "the concurrency key is not bytes"
     for name in ("insert_job", "job_id_by_key"):
         tree = _tree("sqlserver", name, SAMPLE)
         comparisons = [eq for eq in tree.find_all(exp.EQ)

@@ -52,9 +52,12 @@ SAMPLE: dict[str, Any] = {
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
     "minutes": 60, "any_text": 1, "pattern": "%x%", "after_run_at": None,
     "hash": "0" * 64, "period_ms": 5, "paused": 1, "max_running": 2,
+    "meta": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
+    "progress": 0.4, "note": "resized 40 of 100",
 }
 # the named statements SqlBackend (portq/backends/base.py) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
+                "set_progress",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",
                 "job_errors", "release", "reap", "prune", "retry_dead", "cancel", "stats",
                 "jobs", "complete_many", "renew_many", "jobs_newest", "jobs_by_run_at", "job",
@@ -67,7 +70,7 @@ BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "ins
                 "next_lease_expiry_ms", "snooze"}
 CLAIM_COLUMNS = ["job_id", "queue", "payload", "priority", "attempts", "max_attempts",
                  "job_key", "lease_until", "concurrency_key", "concurrency_limit",
-                 "timeout_ms"]
+                 "timeout_ms", "run_at", "meta"]
 
 
 def _statements(engine: str, prefix: str) -> list[tuple[str, str]]:

@@ -110,3 +110,26 @@ def test_pytest_fixture_gives_a_migrated_queue(portq_queue: portq.Queue) -> None
     assert portq_queue.backend.schema_version() == portq_queue.backend.latest_version()
     portq_queue.enqueue("emails", {"to": "ada"})
     assert [j.payload for j in enqueued(portq_queue, queue_name="emails")] == [{"to": "ada"}]
+
+
+def test_drain_runs_the_middleware_a_worker_would(own_queue: portq.Queue, qname: str) -> None:
+    seen: list[str] = []
+
+    def outer(job: Job, call_next: Any) -> Any:
+        seen.append(f"outer:{job.payload}")
+        return {"wrapped": call_next()}
+
+    async def inner(job: Job, call_next: Any) -> Any:
+        seen.append(f"inner:{job.payload}")
+        return await call_next()
+
+    async def handler(job: Job) -> int:
+        job.progress(0.5, "half")
+        return int(job.payload) * 2
+
+    own_queue.add_middleware(outer)
+    job_id = own_queue.enqueue(qname, 4)
+    result = drain(own_queue, handler, queues=qname, middleware=[inner])
+    assert result.succeeded == 1
+    assert seen == ["outer:4", "inner:4"]
+    assert own_queue.result(job_id) == {"wrapped": 8}

@@ -299,3 +299,25 @@ def test_stats_before_the_registry_migration(tmp_path: object) -> None:
     proc = run_portq("dashboard", url, "--port", "1", check=False)
     assert proc.returncode == 2 and "portq migrate" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_job_page_shows_progress_and_its_api_refreshes_it(client: TestClient,
+                                                          queue: portq.Queue,
+                                                          qname: str) -> None:
+    job_id = queue.enqueue(qname, {"n": 1})
+    (job,) = queue.claim(qname, "web-w", limit=1)
+    assert queue.set_progress(job, 0.4, "resized <b>40</b> of 100")
+    page = client.get(f"/jobs/{job_id}").text
+    assert 'data-running="1"' in page and '<progress id="progress-bar" max="1" value="0.4">' \
+        in page
+    assert "40% resized &lt;b&gt;40&lt;/b&gt; of 100" in page
+    live = client.get(f"/api/jobs/{job_id}")
+    assert live.headers["content-type"] == "application/json"
+    assert live.json() | {"progress_at": None} == {
+        "id": job_id, "state": "running", "attempts": 1, "max_attempts": 25,
+        "worker_id": "web-w", "progress": 0.4, "progress_note": "resized <b>40</b> of 100",
+        "progress_at": None, "progress_text": "40% resized <b>40</b> of 100"}
+    assert queue.complete(job)
+    done = client.get(f"/jobs/{job_id}").text
+    assert 'data-running="0"' in done and "40% resized" in done
+    assert client.get("/api/jobs/999999999").status_code == 404

@@ -46,12 +46,12 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, UTC_TIM
 -- not say which happened: with CLIENT.FOUND_ROWS, which SQLAlchemy, Django and portq set,
 -- an inserted and an unchanged row both count 1.)
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
         :max_attempts, :key, UTC_TIMESTAMP(6),
-        :concurrency_key, :concurrency_limit, :timeout_ms);
+        :concurrency_key, :concurrency_limit, :timeout_ms, :meta);
 
 -- name: insert_jobs_bulk
 -- Many jobs without a key in one multi-row INSERT (MysqlBackend.insert_jobs): the VALUES
@@ -59,12 +59,12 @@ VALUES (:queue, :payload, :priority,
 -- MariaDB appends RETURNING job_id; MySQL reads the first id (LAST_INSERT_ID) and the
 -- auto-increment step, which are consecutive per statement in lock modes 0 and 1.
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS DATETIME(6)),
                  UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MICROSECOND),
         :max_attempts, NULL, UTC_TIMESTAMP(6),
-        :concurrency_key, :concurrency_limit, :timeout_ms);
+        :concurrency_key, :concurrency_limit, :timeout_ms, :meta);
 
 -- name: autoinc_settings
 SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment;
@@ -108,7 +108,7 @@ WHERE job_id IN (:ids);
 
 SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), lease_until, CONVERT(concurrency_key USING utf8mb4),
-       concurrency_limit, timeout_ms
+       concurrency_limit, timeout_ms, run_at, meta
 FROM portq_job
 WHERE job_id IN (:ids)
 ORDER BY priority DESC, run_at, job_id;
@@ -282,7 +282,8 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at,
+       progress, CONVERT(progress_note USING utf8mb4), progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -293,7 +294,8 @@ LIMIT :limit;
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at,
+       progress, CONVERT(progress_note USING utf8mb4), progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -304,7 +306,8 @@ LIMIT :limit;
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at,
+       progress, CONVERT(progress_note USING utf8mb4), progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -317,7 +320,9 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at, started_at, first_started_at
+       created_at, finished_at,
+       progress, CONVERT(progress_note USING utf8mb4), progress_at, meta,
+       started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -555,3 +560,12 @@ SET state = 'ready', run_at = UTC_TIMESTAMP(6) + INTERVAL (:delay_ms * 1000) MIC
     lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6) AND snoozes < :max_snoozes;
+
+-- Progress (migration 11): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker, running, lease not expired); rowcount 1 = written
+-- (rows matched: portq sets CLIENT.FOUND_ROWS, and progress_at changes anyway).
+-- name: set_progress
+UPDATE portq_job
+SET progress = :progress, progress_note = :note, progress_at = UTC_TIMESTAMP(6)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);

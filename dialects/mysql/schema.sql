@@ -197,3 +197,18 @@ ALTER TABLE portq_job
 ALTER TABLE portq_job
     ADD COLUMN started_at       DATETIME(6) NULL,
     ADD COLUMN first_started_at DATETIME(6) NULL;
+
+-- migration: 11
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim; TEXT with a JSON_VALID check, as
+-- MariaDB stores JSON. progress, progress_note, progress_at: the running attempt's last
+-- progress report (a fraction 0..1 or NULL, a short note, when it was written), written
+-- only by the claim that owns the job (set_progress is fenced).
+ALTER TABLE portq_job
+    ADD COLUMN meta TEXT NULL,
+    ADD COLUMN progress DOUBLE NULL,
+    ADD COLUMN progress_note VARCHAR(200) NULL,
+    ADD COLUMN progress_at DATETIME(6) NULL,
+    ADD CONSTRAINT portq_job_meta_ck CHECK (JSON_VALID(meta) AND CHAR_LENGTH(meta) <= 4000),
+    ADD CONSTRAINT portq_job_progress_ck CHECK (progress >= 0 AND progress <= 1);

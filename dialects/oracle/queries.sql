@@ -35,11 +35,11 @@ VALUES (:version, SYS_EXTRACT_UTC(SYSTIMESTAMP))
 -- catches it and looks the key up, and the caller's transaction goes on.
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 VALUES (:queue, :payload, :priority,
         COALESCE(CAST(:run_at AS TIMESTAMP(6)),
                  SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:delay_ms / 1000, 'SECOND')),
-        :max_attempts, :key, :concurrency_key, :concurrency_limit, :timeout_ms)
+        :max_attempts, :key, :concurrency_key, :concurrency_limit, :timeout_ms, :meta)
 RETURNING job_id INTO :job_id
 
 -- name: job_id_by_key
@@ -82,7 +82,7 @@ WHERE job_id IN (:ids) AND state = 'ready'
 
 -- name: claimed
 SELECT job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
-       concurrency_key, concurrency_limit, timeout_ms
+       concurrency_key, concurrency_limit, timeout_ms, run_at, meta
 FROM portq_job
 WHERE job_id IN (:ids) AND state = 'running' AND worker_id = :worker_id
 ORDER BY priority DESC, run_at, job_id
@@ -254,7 +254,8 @@ FROM dual
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -264,7 +265,8 @@ FETCH FIRST :limit ROWS ONLY
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -274,7 +276,8 @@ FETCH FIRST :limit ROWS ONLY
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -285,8 +288,8 @@ FETCH FIRST :limit ROWS ONLY
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at, started_at,
-       first_started_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id
 
@@ -548,3 +551,12 @@ SET state = 'ready',
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
   AND snoozes < :max_snoozes
+
+-- Progress (migration 11): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker, running, lease not expired); rowcount 1 = written.
+-- name: set_progress
+UPDATE portq_job
+SET progress = CAST(:progress AS BINARY_DOUBLE), progress_note = :note,
+    progress_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)

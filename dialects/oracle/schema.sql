@@ -170,3 +170,19 @@ ALTER TABLE portq_job ADD (
     started_at       TIMESTAMP(6),
     first_started_at TIMESTAMP(6)
 );
+
+-- migration: 11
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim; ASCII JSON (portq escapes the rest), so
+-- 4000 bytes are 4000 characters. progress, progress_note, progress_at: the running
+-- attempt's last progress report (a fraction 0..1 or NULL, a short note, when it was
+-- written), written only by the claim that owns the job (set_progress is fenced).
+ALTER TABLE portq_job ADD (
+    meta          VARCHAR2(4000 BYTE) CONSTRAINT portq_job_meta_ck CHECK (meta IS JSON),
+    progress      BINARY_DOUBLE CONSTRAINT portq_job_progress_ck
+                      CHECK (progress >= 0 AND progress <= 1),
+    progress_note VARCHAR2(200 CHAR) CONSTRAINT portq_job_progress_note_ck
+                      CHECK (LENGTH(progress_note) <= 200),
+    progress_at   TIMESTAMP(6)
+);

@@ -23,11 +23,11 @@ INSERT INTO portq_schema_version (version) VALUES (:version);
 
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 VALUES (:queue, CAST(:payload AS jsonb), :priority,
         COALESCE(CAST(:run_at AS timestamptz), now() + :delay_ms * interval '1 millisecond'),
         :max_attempts, :key, :concurrency_key, CAST(:concurrency_limit AS integer),
-        CAST(:timeout_ms AS integer))
+        CAST(:timeout_ms AS integer), CAST(:meta AS jsonb))
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -40,7 +40,7 @@ SELECT job_id FROM portq_job WHERE job_key = :key;
 -- name: insert_jobs_bulk
 -- Many jobs in one statement (PostgresBackend.insert_jobs). :jobs is a JSON array of
 -- {"queue", "payload" (JSON text), "priority", "run_at", "delay_ms", "max_attempts",
--- "job_key", "concurrency_key", "concurrency_limit", "timeout_ms"};
+-- "job_key", "concurrency_key", "concurrency_limit", "timeout_ms", "meta" (JSON text or null)};
 -- ids are drawn in array order, so they ascend as the jobs were given, and each row
 -- says whether it was inserted or its key already existed.
 WITH src AS MATERIALIZED (
@@ -48,14 +48,14 @@ WITH src AS MATERIALIZED (
     FROM jsonb_to_recordset(CAST(:jobs AS jsonb))
          AS t(queue text, payload text, priority integer, run_at timestamptz,
               delay_ms bigint, max_attempts integer, job_key text, concurrency_key text,
-              concurrency_limit integer, timeout_ms integer)
+              concurrency_limit integer, timeout_ms integer, meta text)
 ), ins AS (
     INSERT INTO portq_job (job_id, queue, payload, priority, run_at, max_attempts, job_key,
-                           concurrency_key, concurrency_limit, timeout_ms)
+                           concurrency_key, concurrency_limit, timeout_ms, meta)
     OVERRIDING SYSTEM VALUE
     SELECT job_id, queue, CAST(payload AS jsonb), priority,
            COALESCE(run_at, now() + delay_ms * interval '1 millisecond'), max_attempts,
-           job_key, concurrency_key, concurrency_limit, timeout_ms
+           job_key, concurrency_key, concurrency_limit, timeout_ms, CAST(meta AS jsonb)
     FROM src
     ORDER BY job_id
     ON CONFLICT (job_key) DO NOTHING
@@ -98,7 +98,8 @@ SET state = 'running',
 FROM c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
-          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.timeout_ms;
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.timeout_ms, j.run_at,
+          j.meta::text AS meta;
 
 -- name: renew
 UPDATE portq_job
@@ -264,7 +265,8 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -274,7 +276,8 @@ LIMIT :limit;
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -284,7 +287,8 @@ LIMIT :limit;
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -295,8 +299,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at, started_at,
-       first_started_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at, meta::text, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -529,3 +533,12 @@ SET state = 'ready', run_at = now() + :delay_ms * interval '1 millisecond',
     lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > now() AND snoozes < :max_snoozes;
+
+-- Progress (migration 11): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker, running, lease not expired); rowcount 1 = written.
+-- name: set_progress
+UPDATE portq_job
+SET progress = CAST(:progress AS double precision), progress_note = :note,
+    progress_at = statement_timestamp()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running' AND lease_until > statement_timestamp();

@@ -141,3 +141,19 @@ ALTER TABLE portq_job
 ALTER TABLE portq_job
     ADD COLUMN started_at       timestamptz,
     ADD COLUMN first_started_at timestamptz;
+
+-- migration: 11
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim. progress, progress_note, progress_at:
+-- the running attempt's last progress report (a fraction 0..1 or NULL, a short note, when
+-- it was written), written only by the claim that owns the job (set_progress is fenced).
+-- Adding nullable columns without defaults rewrites no row.
+ALTER TABLE portq_job
+    ADD COLUMN meta jsonb CONSTRAINT portq_job_meta_ck
+        CHECK (jsonb_typeof(meta) = 'object' AND octet_length(meta::text) <= 4000),
+    ADD COLUMN progress double precision CONSTRAINT portq_job_progress_ck
+        CHECK (progress >= 0 AND progress <= 1),
+    ADD COLUMN progress_note text CONSTRAINT portq_job_progress_note_ck
+        CHECK (char_length(progress_note) <= 200),
+    ADD COLUMN progress_at timestamptz;

@@ -23,11 +23,11 @@ VALUES (:version, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
 
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key, created_at,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 VALUES (:queue, :payload, :priority,
         COALESCE(:run_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :delay_ms * 1000),
         :max_attempts, :key, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
-        :concurrency_key, :concurrency_limit, :timeout_ms)
+        :concurrency_key, :concurrency_limit, :timeout_ms, :meta)
 ON CONFLICT (job_key) DO NOTHING
 RETURNING job_id;
 
@@ -61,7 +61,7 @@ WHERE job_id IN (
     ORDER BY priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
-          concurrency_key, concurrency_limit, timeout_ms;
+          concurrency_key, concurrency_limit, timeout_ms, run_at, meta;
 
 -- name: renew
 UPDATE portq_job
@@ -219,7 +219,8 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -229,7 +230,8 @@ LIMIT :limit;
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -239,7 +241,8 @@ LIMIT :limit;
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -250,8 +253,8 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at, started_at,
-       first_started_at
+       worker_id, lease_until, last_error, created_at, finished_at,
+       progress, progress_note, progress_at, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -472,3 +475,13 @@ SET state = 'ready', run_at = CAST((julianday('now') - 2440587.5) * 86400000000 
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
   AND snoozes < :max_snoozes;
+
+-- Progress (migration 11): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker, running, lease not expired); rowcount 1 = written.
+-- name: set_progress
+UPDATE portq_job
+SET progress = :progress, progress_note = :note,
+    progress_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND state = 'running'
+  AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);

@@ -135,3 +135,15 @@ ALTER TABLE portq_job ADD COLUMN given_back INTEGER NOT NULL DEFAULT 0;
 -- (the first attempt's start); both stay after the job finishes.
 ALTER TABLE portq_job ADD COLUMN started_at INTEGER;
 ALTER TABLE portq_job ADD COLUMN first_started_at INTEGER;
+
+-- migration: 11
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim. progress, progress_note, progress_at:
+-- the running attempt's last progress report (a fraction 0..1 or NULL, a short note, when
+-- it was written), written only by the claim that owns the job (set_progress is fenced).
+ALTER TABLE portq_job ADD COLUMN meta TEXT
+    CHECK (json_type(meta) = 'object' AND length(meta) <= 4000);
+ALTER TABLE portq_job ADD COLUMN progress REAL CHECK (progress >= 0 AND progress <= 1);
+ALTER TABLE portq_job ADD COLUMN progress_note TEXT CHECK (length(progress_note) <= 200);
+ALTER TABLE portq_job ADD COLUMN progress_at INTEGER;

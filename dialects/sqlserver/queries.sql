@@ -93,7 +93,7 @@ INSERT INTO portq_schema_version (version, applied_at) VALUES (:version, SYSUTCD
 -- rolled back, the transaction goes on: XACT_ABORT OFF) before reading the existing id.
 -- name: insert_job
 INSERT INTO portq_job (queue, payload, priority, run_at, max_attempts, job_key,
-                       concurrency_key, concurrency_limit, timeout_ms)
+                       concurrency_key, concurrency_limit, timeout_ms, meta)
 OUTPUT inserted.job_id
 SELECT :queue, :payload, :priority,
        COALESCE(CAST(:run_at AS DATETIME2(6)),
@@ -101,7 +101,7 @@ SELECT :queue, :payload, :priority,
                         DATEADD(DAY, CAST(:delay_ms / 86400000 AS INT), SYSUTCDATETIME()))),
        :max_attempts, CAST(CAST(:key AS NVARCHAR(510)) AS VARBINARY(1020)),
        CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020)), CAST(:concurrency_limit AS INT),
-       CAST(:timeout_ms AS INT)
+       CAST(:timeout_ms AS INT), CAST(:meta AS NVARCHAR(4000))
 WHERE NOT EXISTS (
     SELECT 1 FROM portq_job
     WHERE :key IS NOT NULL AND job_key IS NOT NULL
@@ -120,7 +120,7 @@ WHERE job_key IS NOT NULL AND job_key = CAST(CAST(:key AS NVARCHAR(510)) AS VARB
 WITH c AS (
     SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
            job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms,
-           started_at, first_started_at
+           started_at, first_started_at, run_at, meta
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE queue = :queue AND state = N'ready' AND run_at <= SYSUTCDATETIME()
       AND attempts < max_attempts
@@ -150,7 +150,7 @@ OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, ins
        inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
        inserted.lease_until,
        CAST(inserted.concurrency_key AS NVARCHAR(510)) AS concurrency_key,
-       inserted.concurrency_limit, inserted.timeout_ms;
+       inserted.concurrency_limit, inserted.timeout_ms, inserted.run_at, inserted.meta;
 
 -- name: renew
 UPDATE portq_job
@@ -326,7 +326,8 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job WITH (READPAST, READCOMMITTEDLO
 -- name: jobs
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at,
+       progress, progress_note, progress_at
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -336,7 +337,8 @@ ORDER BY job_id;
 -- name: jobs_newest
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at,
+       progress, progress_note, progress_at
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -346,7 +348,8 @@ ORDER BY job_id DESC;
 -- name: jobs_by_run_at
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at,
+       progress, progress_note, progress_at
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -357,7 +360,8 @@ ORDER BY run_at, job_id;
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at, started_at, first_started_at
+       finished_at,
+       progress, progress_note, progress_at, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -627,3 +631,14 @@ SET state = N'ready',
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME() AND snoozes < :max_snoozes;
+
+-- Progress (migration 11): the running job's last report, fenced like every write of its
+-- owner (job, generation, worker compared exactly, running, lease not expired); rowcount
+-- 1 = written (portq never sets NOCOUNT ON).
+-- name: set_progress
+UPDATE portq_job
+SET progress = CAST(:progress AS FLOAT), progress_note = CAST(:note AS NVARCHAR(400)),
+    progress_at = SYSUTCDATETIME()
+WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
+  AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
+  AND state = N'running' AND lease_until > SYSUTCDATETIME();

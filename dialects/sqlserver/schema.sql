@@ -211,3 +211,20 @@ ALTER TABLE portq_job ADD
 ALTER TABLE portq_job ADD
     started_at       DATETIME2(6) NULL,
     first_started_at DATETIME2(6) NULL;
+
+-- migration: 11
+-- Observability (docs/operations.md, "Middleware, tracing and progress"). meta: a small
+-- JSON object of strings written with the job at enqueue (the enqueuer's trace context,
+-- what enqueue hooks add), returned by the claim; ISJSON without a type argument accepts
+-- an object (or array), which meta always is. progress, progress_note, progress_at: the
+-- running attempt's last progress report (a fraction 0..1 or NULL, a short note of at most
+-- 200 characters, 400 UTF-16 units, when it was written), written only by the claim that
+-- owns the job (set_progress is fenced). Nullable columns without defaults: a metadata
+-- change, no row is rewritten.
+ALTER TABLE portq_job ADD
+    meta          NVARCHAR(4000) NULL CONSTRAINT portq_job_meta_ck CHECK (ISJSON(meta) = 1),
+    progress      FLOAT          NULL CONSTRAINT portq_job_progress_ck
+                      CHECK (progress >= 0 AND progress <= 1),
+    progress_note NVARCHAR(400)  NULL CONSTRAINT portq_job_progress_note_ck
+                      CHECK (DATALENGTH(progress_note) <= 800),
+    progress_at   DATETIME2(6)   NULL;

@@ -560,6 +560,7 @@ class SqlBackend(Backend):
             "delay_ms": job.delay_ms, "max_attempts": job.max_attempts, "key": job.key,
             "concurrency_key": job.concurrency_key, "concurrency_limit": job.concurrency_limit,
             "timeout_ms": job.timeout_ms,
+            "meta": job.meta,
         }
 
     def insert_job(self, cur: Any, params: dict[str, Any]) -> EnqueueResult | None:
@@ -691,11 +692,11 @@ class SqlBackend(Backend):
         return list(self.execute(cur, "claim", params).fetchall())
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
-    #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit
+    #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
     def job_from_row(self, row: Sequence[Any], worker_id: str,
                      start_by: float | None = None, leased_at: float | None = None) -> Job:
         (job_id, queue, payload, priority, attempts, max_attempts, key, lease_until,
-         concurrency_key, _, timeout_ms) = row
+         concurrency_key, _, timeout_ms, run_at, meta) = row
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
@@ -703,7 +704,15 @@ class SqlBackend(Backend):
                    attempt=int(attempts), max_attempts=int(max_attempts), key=key,
                    priority=int(priority), claim=claim, concurrency_key=concurrency_key,
                    start_by=start_by, leased_at=leased_at,
-                   timeout=None if timeout_ms is None else int(timeout_ms) / 1000)
+                   timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
+                   run_at=self.from_db_time(run_at), meta=self.load_meta(meta))
+
+    def load_meta(self, value: Any) -> dict[str, str]:
+        """A job's stored ``meta`` (JSON text, or None) as a dict of strings."""
+        if value is None:
+            return {}
+        loaded = self.load_payload(value)
+        return {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
 
     def load_payload(self, value: Any) -> Any:
         if isinstance(value, bytes | bytearray | memoryview):
@@ -940,9 +949,13 @@ class SqlBackend(Backend):
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
             created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
-            # the `job` statement adds when the latest and the first attempt started
-            started_at=self.from_db_time(r[14]) if len(r) > 14 else None,
-            first_started_at=self.from_db_time(r[15]) if len(r) > 15 else None)
+            progress=None if r[14] is None else float(r[14]),
+            progress_note=self.load_text(r[15]), progress_at=self.from_db_time(r[16]),
+            # the `job` statement adds meta, then when the latest and the first
+            # attempt started
+            meta=self.load_meta(r[17]) if len(r) > 17 else None,
+            started_at=self.from_db_time(r[18]) if len(r) > 18 else None,
+            first_started_at=self.from_db_time(r[19]) if len(r) > 19 else None)
 
     def error_history(self, job_id: int, conn: Any | None = None) -> list[JobError]:
         rows = self.read("job_errors", lambda cur: self.execute(
@@ -953,6 +966,25 @@ class SqlBackend(Backend):
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
+
+    # ---- progress -----------------------------------------------------------------------
+
+    def set_progress(self, claim: Claim, fraction: float | None, note: str) -> bool:
+        """Store a running job's progress report if ``claim`` still owns the job (fenced as
+        :meth:`complete`); False: nothing was written."""
+        return self.set_progress_many([(claim, fraction, note)])[0]
+
+    def set_progress_many(self, reports: Sequence[tuple[Claim, float | None, str]]
+                          ) -> list[bool]:
+        """:meth:`set_progress` for several jobs in one transaction (a worker's progress
+        writer); one result per report."""
+        if not reports:
+            return []
+        params = [{**self.guard(claim), "progress": fraction,
+                   "note": storable_error(note) or None} for claim, fraction, note in reports]
+        return self.run("set_progress", lambda cur: [
+            self.execute(cur, "set_progress", p).rowcount == 1 for p in params],
+            single=len(params) == 1)
 
     # ---- results ------------------------------------------------------------------------
 

@@ -53,10 +53,10 @@ WITH done AS (
 {claim}
 )
 SELECT 'claimed' AS kind, job_id, queue, payload, priority, attempts, max_attempts,
-       job_key, lease_until, concurrency_key, concurrency_limit
+       job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
 FROM claimed
 UNION ALL
-SELECT 'done', job_id, NULL, NULL, NULL, attempts, NULL, NULL, NULL, NULL, NULL
+SELECT 'done', job_id, NULL, NULL, NULL, attempts, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM done"""
 
 
@@ -206,7 +206,8 @@ def _jobs_json(jobs: Sequence[NewJob]) -> str:
             f'"job_key":{json.dumps(job.key)},'
             f'"concurrency_key":{json.dumps(job.concurrency_key)},'
             f'"concurrency_limit":{json.dumps(job.concurrency_limit)},'
-            f'"timeout_ms":{json.dumps(job.timeout_ms)}}}')
+            f'"timeout_ms":{json.dumps(job.timeout_ms)},'
+            f'"meta":{json.dumps(job.meta)}}}')
     return "[" + ",".join(parts) + "]"
 
 

@@ -304,6 +304,15 @@ def queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
 
 
 @pytest.fixture
+def own_queue(engine_url: str, table_prefix: str) -> Iterator[portq.Queue]:
+    """A Queue of the test's own (closed after it): enqueue hooks and middleware a test adds
+    to it end with the test (``queue`` is shared by the whole session)."""
+    q = portq.connect(engine_url, prefix=table_prefix, pool_size=8)
+    yield q
+    q.close()
+
+
+@pytest.fixture
 def qname() -> str:
     """A queue name no other test uses."""
     return f"conf-{uuid.uuid4().hex[:12]}"

@@ -84,7 +84,8 @@ class Runtime:
             raise ConfigurationError(f"queue listed twice: {list(queues)}")
         self.queue = queue
         self.queues = [validate_queue(n) for n in queues]
-        self.handler = HandlerRunner(handler)  # refuses what cannot be a handler
+        # refuses what cannot be a handler; runs the middleware chain around it
+        self.handler = HandlerRunner(handler, settings.options.middleware, queue=queue)
         self.settings = s = settings
         self.executor: Executor | None = None  # the front's, given to run()
         self.worker_id = worker_id

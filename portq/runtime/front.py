@@ -15,6 +15,7 @@ from portq.queue import Queue
 from portq.registry import Registration, registration_of
 from portq.runtime.core import Runtime
 from portq.runtime.counters import Outcomes, WorkerCounters
+from portq.runtime.middleware import Middleware
 from portq.runtime.options import Settings, WorkerOptions, settle
 from portq.runtime.pacing import LookAhead
 
@@ -130,6 +131,11 @@ class WorkerFront:
     def held(self) -> int:
         """Jobs counted against the capacity: :attr:`busy` plus outcomes not yet written."""
         return self.runtime.held
+
+    def use(self, middleware: Middleware) -> None:
+        """Run ``middleware`` around every handler call from the next job on, inside the
+        worker's ``middleware=[...]`` (see :mod:`portq.runtime.middleware`)."""
+        self.runtime.handler.use(middleware)
 
     def stop(self) -> None:
         """Stop claiming; running jobs get ``grace`` seconds, then are released (safe from

@@ -4,6 +4,7 @@ runtime derives from them and from the engine's capabilities."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from portq.errors import ConfigurationError
 from portq.queue import duration_ms, positive_int, validate_worker_id
 from portq.registry import DEFAULT_REGISTRY_INTERVAL
 from portq.retry import Backoff
+from portq.runtime.middleware import Middleware
 from portq.runtime.pacing import AUTO_CLAIMERS, LOOKAHEAD_PER_CLAIMER, claim_batch
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ class WorkerOptions:
     registry_interval: float | None = DEFAULT_REGISTRY_INTERVAL
     #: the longest an attempt may run when its job sets no timeout (None: no limit)
     job_timeout: Any = None
+    #: middleware around every handler call, outermost first (portq.runtime.middleware)
+    middleware: Sequence[Middleware] | None = None
     # deprecated: the worker sizes these itself
     prefetch: int | None = None
     ack_delay: float | None = None

@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from portq.errors import PortqError
-from portq.job import QueueStats, State, WorkerInfo
+from portq.job import JobRecord, QueueStats, State, WorkerInfo
 from portq.queue import Queue
 from portq.registry import workers_per_queue
 from portq.web.security import SESSION_COOKIE, Guard
@@ -151,6 +151,14 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         return render(request, "job.html", job=record, errors=queue.error_history(job_id),
                       payload=json.dumps(record.payload, indent=2, ensure_ascii=False),
                       actions=actions, notice=_notice(request))
+
+    def job_api(request: Request) -> Response:
+        """What the job page refreshes while the job runs: its state and progress."""
+        job_id = request.path_params["job_id"]
+        record = queue.job(job_id) if 0 < job_id < 2**63 else None
+        if record is None:
+            return JSONResponse({"error": f"no such job {job_id}"}, status_code=404)
+        return JSONResponse(job_live(record))
 
     def workers(request: Request) -> Response:
         return render(request, "workers.html", workers=queue.workers())
@@ -272,6 +280,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         Route("/jobs", jobs),
         Route("/jobs/{job_id:int}", job),
         Route("/jobs/{job_id:int}/{action:str}", job_action, methods=["POST"]),
+        Route("/api/jobs/{job_id:int}", job_api),
         Route("/bulk", bulk_confirm),
         Route("/bulk", bulk_action, methods=["POST"]),
         Route("/workers", workers),
@@ -498,3 +507,14 @@ def chart_svg(values: list[int], dead: list[int] | None = None) -> dict[str, Any
         d = 0.0 if not dead or not dead[i] else max(1.0, 30 * dead[i] / top)
         bars.append({"x": i * 3, "h": round(h, 1), "d": round(min(d, h), 1), "v": v})
     return {"bars": bars, "top": top}
+
+
+def job_live(record: JobRecord) -> dict[str, Any]:
+    """The fields of a job that change while it runs (``/api/jobs/ID``, JSON-ready)."""
+    return {"id": record.id, "state": record.state,
+            "attempts": record.attempts, "max_attempts": record.max_attempts,
+            "worker_id": record.worker_id, "progress": record.progress,
+            "progress_note": record.progress_note,
+            "progress_at": None if record.progress_at is None else
+            record.progress_at.isoformat(),
+            "progress_text": record.progress_text()}

@@ -126,3 +126,39 @@
   }
   window.setTimeout(refresh, poll);
 }());
+
+// the job page: while the job runs, refresh its state and progress from /api/jobs/ID
+(function () {
+  var body = document.body;
+  var cell = document.getElementById("progress");
+  if (!cell || cell.getAttribute("data-running") !== "1") { return; }
+  var base = body.getAttribute("data-base") || "";
+  var poll = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
+  var url = base + "/api/jobs/" + encodeURIComponent(cell.getAttribute("data-job"));
+  var bar = document.getElementById("progress-bar");
+
+  function render(job) {
+    var state = document.getElementById("state");
+    state.textContent = job.state;
+    state.className = "state " + job.state;
+    document.getElementById("attempts").textContent = job.attempts + " / " + job.max_attempts;
+    document.getElementById("progress-text").textContent = job.progress_text || "-";
+    document.getElementById("progress-at").textContent =
+      job.progress_at ? job.progress_at.replace("T", " ").replace("+00:00", " UTC") : "";
+    bar.hidden = job.progress_at === null;
+    if (job.progress === null) { bar.removeAttribute("value"); } else { bar.value = job.progress; }
+    body.setAttribute("data-refreshed", String(Date.now()));
+    return job.state === "running";
+  }
+
+  function refresh() {
+    fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } })
+      .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.json(); })
+      .then(function (job) { if (render(job)) { window.setTimeout(refresh, poll); } })
+      .catch(function () {
+        body.setAttribute("data-refresh-error", String(Date.now()));
+        window.setTimeout(refresh, poll);
+      });
+  }
+  window.setTimeout(refresh, poll);
+}());
