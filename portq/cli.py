@@ -285,7 +285,8 @@ def cmd_workers(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from portq.web.server import serve
     return serve(_url(args), prefix=args.prefix, host=args.host, port=args.port,
-                 read_only=args.read_only, token=args.token, refresh=args.refresh)
+                 read_only=args.read_only, token=args.token, refresh=args.refresh,
+                 allowed_hosts=args.allowed_host)
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -824,6 +825,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
                         "as they can an argument); required for a non-loopback --host")
     duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests for this Host name (repeatable; a leading "
+                        "'.' allows subdomains), e.g. the name a reverse proxy forwards; "
+                        "by default only loopback names are answered")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
     p.add_argument("--limit", type=_positive, default=1000,

@@ -34,6 +34,7 @@ from portq.errors import PortqError
 from portq.job import QueueStats, State, WorkerInfo
 from portq.queue import Queue
 from portq.registry import workers_per_queue
+from portq.web.gate import BadRequest, Gate
 from portq.web.security import SESSION_COOKIE, Guard
 
 log = logging.getLogger("portq.web")
@@ -56,15 +57,7 @@ NOTICES = {  # ?done=... after an action; fixed text, never echoed from the requ
     "refused": "Nothing changed: the job is no longer in a state that allows it.",
     "bulk": "Bulk action done.",
 }
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self'; connect-src 'self'; form-action 'self'; "
-                               "base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
+MAX_FORM_FIELDS = 20
 
 
 @dataclass(frozen=True)
@@ -83,9 +76,10 @@ def database_label(queue: Queue) -> str:
     return f"{url.engine} · {where}/{url.database or ''}"
 
 
-def build(queue: Queue, *, read_only: bool, token: str | None,
-          poll_seconds: float) -> Starlette:
-    guard = Guard(token)
+def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: float,
+          allowed_hosts: frozenset[str] | None, max_body: int,
+          session_seconds: float) -> Starlette:
+    guard = Guard(token, session_seconds)
     settings = Settings(read_only=read_only, poll_seconds=max(1.0, float(poll_seconds)),
                         database=database_label(queue))
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
@@ -103,6 +97,11 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
             csrf=guard.csrf_token(session), path=request.url.path,
             logged_in=guard.needs_login, **ctx)
         return HTMLResponse(html, status_code=status)
+
+    def error_page(base: str, status: int, title: str, message: str) -> str:
+        return env.get_template("message.html").render(
+            base=base, settings=settings, csrf="", path="", logged_in=False, title=title,
+            message=message, status=status)
 
     def refuse(request: Request, status: int, message: str) -> Response:
         return render(request, "message.html", status=status, title="Refused",
@@ -176,8 +175,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
 
     async def guarded(request: Request,
                       act: Callable[[dict[str, str]], Response]) -> Response:
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
-                                             max_num_fields=20).items()}
+        form = parse_form(await request.body(), MAX_FORM_FIELDS)
         if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page and "
                                         "try again.")
@@ -226,21 +224,45 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         return render(request, "login.html", failed=False)
 
     async def login(request: Request) -> Response:
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
-                                             max_num_fields=5).items()}
+        form = parse_form(await request.body(), 5)
         if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page.")
+        client = request.client.host if request.client else "-"
+        wait = guard.throttle.retry_after(client)
+        if wait > 0:
+            log.warning("dashboard.login_throttled client=%s retry_after_s=%.0f", client, wait)
+            response = render(request, "login.html", status=429, failed=False,
+                              wait=max(1, round(wait)))
+            response.headers["Retry-After"] = str(max(1, round(wait)))
+            return response
         if not guard.needs_login or not guard.token_matches(form.get("token", "")):
+            failures = guard.throttle.failed(client)
+            log.warning("dashboard.login_failed client=%s failures_last_minute=%d",
+                        client, failures)
             return render(request, "login.html", status=403, failed=True)
         response = RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
         _set_session(request, response, guard.new_session(authenticated=True))
         return response
 
+    async def logout(request: Request) -> Response:
+        form = parse_form(await request.body(), 5)
+        if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
+            return refuse(request, 403, "Missing or wrong CSRF token: reload the page.")
+        guard.revoke(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse(request.scope.get("root_path", "") + "/login",
+                                    status_code=303)
+        _set_session(request, response, guard.new_session(authenticated=False))
+        return response
+
     # ---- middleware: session cookie, access token, security headers --------------------
 
-    class Gate(BaseHTTPMiddleware):
+    class Sessions(BaseHTTPMiddleware):
         async def dispatch(self, request: Request,
                            call_next: RequestResponseEndpoint) -> Response:
+            root = request.scope.get("root_path", "")
+            path = request.url.path[len(root):]
+            if path.startswith("/static/"):  # assets: no session, no cookie, no login
+                return await call_next(request)
             cookie = request.cookies.get(SESSION_COOKIE)
             session = guard.session_id(cookie)
             fresh = None
@@ -248,22 +270,17 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
                 fresh = guard.new_session(authenticated=False)
                 session = fresh
             request.state.session_id = session
-            path = request.url.path[len(request.scope.get("root_path", "")):]
             auth = request.headers.get("authorization", "")
             bearer = auth[7:] if auth.lower().startswith("bearer ") else None
             response: Response
-            if path.startswith("/static/") or path == "/login" or \
-                    guard.authenticated(cookie, bearer):
+            if path == "/login" or guard.authenticated(cookie, bearer):
                 response = await call_next(request)
             elif path.startswith("/api/"):
                 response = JSONResponse({"error": "log in first"}, status_code=401)
             else:
-                response = RedirectResponse(request.scope.get("root_path", "") + "/login",
-                                            status_code=303)
+                response = RedirectResponse(root + "/login", status_code=303)
             if fresh is not None:
-                _set_session(request, response, fresh)
-            for name, value in SECURITY_HEADERS.items():
-                response.headers.setdefault(name, value)
+                _set_session(request, response, fresh, root)
             return response
 
     routes = [
@@ -278,15 +295,31 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         Route("/schedules", schedules),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Gate)])
+    return Starlette(routes=routes, middleware=[
+        Middleware(Gate, allowed_hosts=allowed_hosts, max_body=max_body,
+                   error_page=error_page),
+        Middleware(Sessions)])
 
 
-def _set_session(request: Request, response: Response, value: str) -> None:
+def parse_form(body: bytes, max_fields: int) -> dict[str, str]:
+    """The fields of a urlencoded form body (first value of each); a 400 when it holds
+    more than ``max_fields`` fields."""
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=max_fields)
+    except ValueError:
+        raise BadRequest(400, f"The form has more than {max_fields} fields.") from None
+    return {k: v[0] for k, v in fields.items()}
+
+
+def _set_session(request: Request, response: Response, value: str,
+                 root: str | None = None) -> None:
+    if root is None:
+        root = request.scope.get("root_path", "")
     response.set_cookie(SESSION_COOKIE, value, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https",
-                        path=request.scope.get("root_path", "") or "/")
+                        secure=request.url.scheme == "https", path=root or "/")
 
 
 def _notice(request: Request) -> str | None:
