@@ -17,6 +17,7 @@ from portq.errors import (
     ResultError,
     SchemaError,
     SchemaMissingError,
+    StatementTimeout,
 )
 from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
@@ -29,6 +30,7 @@ __all__ = [
     "DatabaseBusy", "DatabaseError", "DatabaseMissing", "DriverMissingError",
     "InvalidQueueName", "Job", "JobCancelled", "JobRecord", "LoginFailed", "PayloadError",
     "Permanent", "PortqError", "Queue", "QueueStats", "ResultError", "RetryAfter", "SchemaError",
-    "SchemaMissingError", "State", "Task", "Worker", "connect", "current_job", "task",
+    "SchemaMissingError", "State", "StatementTimeout", "Task", "Worker", "connect",
+    "current_job", "task",
 ]
 __version__ = "0.1.0"

@@ -286,7 +286,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from portq.web.server import serve
     return serve(_url(args), prefix=args.prefix, host=args.host, port=args.port,
                  read_only=args.read_only, token=args.token, refresh=args.refresh,
-                 allowed_hosts=args.allowed_host)
+                 allowed_hosts=args.allowed_host, query_timeout=args.query_timeout)
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
@@ -825,6 +825,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
                         "as they can an argument); required for a non-loopback --host")
     duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
+    duration(p, "--query-timeout", 5.0, "the longest any one dashboard query may run "
+             "before the database stops it (0 for no limit)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="also answer requests for this Host name (repeatable; a leading "
                         "'.' allows subdomains), e.g. the name a reverse proxy forwards; "

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import (
     CannotConnect,
+    ConfigurationError,
     ConnectionLost,
     DatabaseBusy,
     DatabaseError,
@@ -31,6 +32,7 @@ from portq.errors import (
     PortqError,
     SchemaError,
     SchemaMissingError,
+    StatementTimeout,
 )
 from portq.job import (
     STATS_WINDOW_S,
@@ -89,12 +91,13 @@ class ErrorKind(enum.Enum):
     LOGIN = "login"              # the server refused the user name or password
     UNKNOWN_DATABASE = "unknown_database"  # the URL's database does not exist
     UNDEFINED_TABLE = "undefined_table"    # a portq table is missing: never migrated
+    TIMEOUT = "timeout"          # the statement outran the connection's statement timeout
     OTHER = "other"
 
 
 #: the order :meth:`SqlBackend.kind_of` tries kinds in (a missing database before a
 #: failed login: SQL Server reports 4060 together with 18456)
-KIND_ORDER = (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE,
+KIND_ORDER = (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE, ErrorKind.TIMEOUT,
               ErrorKind.UNDEFINED_TABLE, ErrorKind.UNKNOWN_DATABASE, ErrorKind.LOGIN,
               ErrorKind.CONNECTION)
 
@@ -135,8 +138,15 @@ class SqlBackend(Backend):
     announces_cancel: ClassVar[bool] = False
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
-                 pool_timeout: float = 30.0) -> None:
+                 pool_timeout: float = 30.0, statement_timeout_ms: int | None = None) -> None:
         self.url = url
+        if statement_timeout_ms is not None and (
+                isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int)
+                or not 1 <= statement_timeout_ms <= 3_600_000):
+            raise ConfigurationError(f"statement_timeout_ms={statement_timeout_ms!r} must be a "
+                                     "whole number of milliseconds from 1 to 3600000")
+        #: the longest a statement of this backend's connections may run (None: no limit)
+        self.statement_timeout_ms = statement_timeout_ms
         self.prefix = validate_prefix(prefix)
         self.queries = load_queries(self.engine, self.prefix)
         self.pool = Pool(self.open_connection, max_size=pool_size, timeout=pool_timeout)
@@ -212,7 +222,14 @@ class SqlBackend(Backend):
         """:meth:`connect`, with a refused login, a missing database or an unreachable
         server raised as portq's own errors (what the pool calls)."""
         try:
-            return self.connect()
+            conn = self.connect()
+            if self.statement_timeout_ms is not None:
+                try:
+                    self.limit_statements(conn, self.statement_timeout_ms)
+                except BaseException:
+                    close_quietly(conn)
+                    raise
+            return conn
         except PortqError:
             raise
         except Exception as exc:
@@ -222,6 +239,11 @@ class SqlBackend(Backend):
             if error is None:
                 raise
             raise error from exc
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """Make the database stop any statement of ``conn`` that runs longer than ``ms``
+        milliseconds (raising an error :meth:`classify` calls ``TIMEOUT``)."""
+        raise ConfigurationError(f"statement_timeout_ms is not supported on {self.engine}")
 
     def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
                   connecting: bool = False, attempts: int = 1) -> PortqError | None:
@@ -243,6 +265,10 @@ class SqlBackend(Backend):
             return ConnectionLost(f"{op}: lost the connection to {url}: {detail}")
         if kind is ErrorKind.RETRYABLE:
             return DatabaseBusy(self.busy_message(op, detail, attempts))
+        if kind is ErrorKind.TIMEOUT:
+            return StatementTimeout(
+                f"{op}: {url} stopped a statement after statement_timeout_ms="
+                f"{self.statement_timeout_ms} ({detail})")
         return None
 
     def missing_schema_message(self) -> str:

@@ -41,6 +41,9 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.LOGIN: frozenset({1045, 1044}),
     ErrorKind.UNKNOWN_DATABASE: frozenset({1049}),   # ER_BAD_DB_ERROR
     ErrorKind.UNDEFINED_TABLE: frozenset({1146}),    # ER_NO_SUCH_TABLE
+    # MariaDB ER_STATEMENT_TIMEOUT (max_statement_time), MySQL ER_QUERY_TIMEOUT
+    # (max_execution_time)
+    ErrorKind.TIMEOUT: frozenset({1969, 3024}),
 }
 #: most jobs in one multi-row INSERT (each row binds 7 values, escaped by the client)
 BULK_ROWS = 1000
@@ -80,6 +83,16 @@ class MysqlBackend(SqlBackend):
     def connect(self) -> Any:
         return self.set_up_session(pymysql.connect(**self.connect_options),
                                    lambda cur: cur.execute(SESSION_SETUP))
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """MariaDB: ``max_statement_time`` (seconds, every statement); MySQL:
+        ``max_execution_time`` (milliseconds, read-only SELECTs only)."""
+        def setup(cur: Any) -> None:
+            if self.is_mariadb(cur):
+                cur.execute(f"SET SESSION max_statement_time = {ms / 1000:.3f}")
+            else:
+                cur.execute(f"SET SESSION max_execution_time = {int(ms):d}")
+        self.set_up_session(conn, setup)
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, pymysql.err.InterfaceError):

@@ -29,6 +29,7 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.LOGIN: frozenset({"28P01", "28000"}),   # invalid password / authorization
     ErrorKind.UNKNOWN_DATABASE: frozenset({"3D000"}),  # invalid_catalog_name
     ErrorKind.UNDEFINED_TABLE: frozenset({"42P01"}),   # undefined_table
+    ErrorKind.TIMEOUT: frozenset({"57014"}),           # query_canceled (statement_timeout)
 }
 # libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
 # the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
@@ -94,6 +95,11 @@ class PostgresBackend(SqlBackend):
         kw.setdefault("connect_timeout", 10)
         kw.setdefault("application_name", "portq")
         return kw
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """``statement_timeout`` for the session (the server cancels with 57014)."""
+        self.set_up_session(conn, lambda cur: cur.execute(
+            f"SET statement_timeout = {int(ms):d}"))
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):

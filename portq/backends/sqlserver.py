@@ -240,7 +240,15 @@ class SqlServerBackend(SqlBackend):
         if kind is None and ("communication link failure" in text or "closed connection" in text
                              or "connection has been closed" in text):
             kind = ErrorKind.CONNECTION
+        if kind is ErrorKind.CONNECTION and self.statement_timeout_ms is not None and \
+                sqlstate(exc) == "HYT00" and "login" not in text:
+            kind = ErrorKind.TIMEOUT   # the query timeout of limit_statements expired
         return kind or ErrorKind.OTHER
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """The connection's query timeout (pyodbc and mssql-python: ``Connection.timeout``,
+        whole seconds, SQLSTATE HYT00 when it expires)."""
+        conn.timeout = max(1, -(-ms // 1000))
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:

@@ -30,7 +30,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from portq.errors import PortqError
+from portq.errors import PortqError, StatementTimeout
 from portq.job import QueueStats, State, WorkerInfo
 from portq.queue import Queue
 from portq.registry import workers_per_queue
@@ -58,6 +58,9 @@ NOTICES = {  # ?done=... after an action; fixed text, never echoed from the requ
     "bulk": "Bulk action done.",
 }
 MAX_FORM_FIELDS = 20
+#: payload searches (a scan of the payloads) that may run at once: the others are told to
+#: try again, so that searches never hold every pooled connection and job pages still load
+SEARCHES_AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -117,15 +120,31 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
     def overview_api(request: Request) -> Response:
         return JSONResponse(snapshot.get())
 
+    searches = threading.BoundedSemaphore(SEARCHES_AT_ONCE)
+
     def jobs(request: Request) -> Response:
         f = JobFilter.from_query(request.query_params)
-        error, rows = None, []
+        error, rows, status = None, [], 200
+        searching = bool(f.text)
         try:
-            rows = queue.jobs(f.state, queue=f.queue, key=f.key, text=f.text, order=f.order,
-                              limit=PAGE_SIZE, after_id=f.after_id,
-                              after_run_at=f.after_run_at)
+            if searching and not searches.acquire(blocking=False):
+                raise Busy(f"{SEARCHES_AT_ONCE} payload searches are running already: try "
+                           "again in a moment, or narrow the search by key.")
+            try:
+                rows = queue.jobs(f.state, queue=f.queue, key=f.key, text=f.text,
+                                  order=f.order, limit=PAGE_SIZE, after_id=f.after_id,
+                                  after_run_at=f.after_run_at)
+            finally:
+                if searching:
+                    searches.release()
+        except Busy as exc:
+            error, status = str(exc), 503
+        except StatementTimeout:
+            error, status = (f"The database stopped this listing after "
+                             f"{_timeout_text(queue)}: narrow it by queue, state or key "
+                             "(a payload search reads every payload it passes)."), 503
         except PortqError as exc:
-            error = str(exc)
+            error, status = str(exc), 400
         next_query = None
         if len(rows) == PAGE_SIZE:
             last = rows[-1]
@@ -133,7 +152,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
                 last.run_at.isoformat() if f.order == "run_at" and last.run_at else None))
         bulk = [] if settings.read_only or f.key or f.text or not f.state else \
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
-        return render(request, "jobs.html", status=400 if error else 200, f=f, rows=rows,
+        return render(request, "jobs.html", status=status, f=f, rows=rows,
                       error=error, next_query=next_query, first_query=f.query(),
                       bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
@@ -302,6 +321,15 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         Middleware(Gate, allowed_hosts=allowed_hosts, max_body=max_body,
                    error_page=error_page),
         Middleware(Sessions)])
+
+
+class Busy(Exception):
+    """Too many payload searches run at once."""
+
+
+def _timeout_text(queue: Queue) -> str:
+    ms = queue.backend.statement_timeout_ms
+    return f"{ms / 1000:g} s" if ms else "its statement timeout"
 
 
 def parse_form(body: bytes, max_fields: int) -> dict[str, str]:

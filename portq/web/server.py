@@ -46,7 +46,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(url: str, *, prefix: str = "portq_", host: str = "127.0.0.1", port: int = 8765,
           read_only: bool = False, token: str | None = None, refresh: float = 5.0,
-          allowed_hosts: Sequence[str] = ()) -> int:
+          allowed_hosts: Sequence[str] = (), query_timeout: float | None = 5.0) -> int:
     """Serve the dashboard until interrupted; returns the exit status."""
     token = token or os.environ.get(TOKEN_VARIABLE) or None
     check_bind(host, token)
@@ -60,7 +60,8 @@ def serve(url: str, *, prefix: str = "portq_", host: str = "127.0.0.1", port: in
     import portq
     from portq.web import app
 
-    queue = portq.connect(url, prefix=prefix)
+    timeout_ms = None if not query_timeout else max(1, round(query_timeout * 1000))
+    queue = portq.connect(url, prefix=prefix, statement_timeout_ms=timeout_ms)
     try:
         queue.backend.check_schema()
         dashboard = app(queue, read_only=read_only, token=token, poll_seconds=refresh,
