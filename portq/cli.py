@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import portq
 from portq.errors import ConfigurationError, PayloadError, PortqError
-from portq.job import ALL_STATES, Job, JobRecord, State, error_line
+from portq.job import ALL_STATES, SCHEDULED, Job, JobRecord, State, error_line
 from portq.logs import FORMATS, LEVELS, configure_logging
 from portq.queue import MAX_PAYLOAD_DEPTH
 from portq.registry import live_workers, workers_per_queue
@@ -98,8 +98,22 @@ def _url(args: argparse.Namespace) -> str:
     return str(url)
 
 
-def _open(args: argparse.Namespace) -> portq.Queue:
-    return portq.connect(_url(args), prefix=args.prefix)
+def _open(args: argparse.Namespace, *, create: bool = False) -> portq.Queue:
+    """The command's queue. Only ``create`` (``portq migrate``) may create a SQLite file:
+    every other command on a mistyped path says so instead of leaving an empty file."""
+    url = _url(args)
+    if not create:
+        refuse_missing_sqlite_file(url)
+    return portq.connect(url, prefix=args.prefix)
+
+
+def refuse_missing_sqlite_file(url: str) -> None:
+    """A clear error when ``url`` names a SQLite file that does not exist."""
+    parsed = portq.url.parse_url(url)
+    if parsed.engine == "sqlite" and parsed.path != ":memory:" and \
+            not os.path.exists(parsed.path):
+        raise ConfigurationError(f"no SQLite database at {parsed.path} (a typo? "
+                                 "`portq migrate URL` creates it)")
 
 
 def _job_ids(args: argparse.Namespace) -> list[int]:
@@ -125,7 +139,7 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 # ---- commands -----------------------------------------------------------------------------
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    with _open(args) as q:
+    with _open(args, create=True) as q:
         before = q.backend.schema_version()
         after = q.migrate()
         url = q.url
@@ -206,13 +220,27 @@ def cmd_worker(args: argparse.Namespace) -> int:
                         prune_interval=args.prune_interval or None,
                         prune_older_than=args.prune_older_than, prefetch=args.prefetch,
                         ack_delay=args.ack_delay, claimers=args.claimers)
+        _say_paused(q, queues, "claims none of {its} jobs until `portq resume URL QUEUE`")
         stops = _start_worker_extras(args, q, worker)
         try:
             worker.run()
         finally:
             for stop in stops:
                 stop()
+        if args.burst:
+            _say_paused(q, queues, "exits (--burst) with {its} jobs unclaimed")
     return 0
+
+
+def _say_paused(q: portq.Queue, queues: str | Sequence[str], what: str) -> None:
+    """Tell the operator, on stderr, which of the worker's queues are paused."""
+    names = [queues] if isinstance(queues, str) else list(queues)
+    paused = sorted(set(names) & set(q.paused_queues()))
+    if paused:
+        print(f"portq worker: paused queue{'s' if len(paused) > 1 else ''} "
+              f"{', '.join(paused)}: this worker "
+              f"{what.format(its='their' if len(paused) > 1 else 'its')}",
+              file=sys.stderr, flush=True)
 
 
 def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
@@ -248,7 +276,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as q:
         live = live_workers(q)  # None before migration 3: the column shows "-"
         serving = None if live is None else workers_per_queue(live)
-        rows = [{**s.as_dict(), "workers": None if serving is None else serving.get(s.queue, 0)}
+        rows = [{**s.as_dict(), "running_limit": s.concurrency_limit,
+                 "workers": None if serving is None else serving.get(s.queue, 0)}
                 for s in q.stats(args.queue)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -257,7 +286,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print("no jobs" + (f" on queue {args.queue}" if args.queue else ""))
         return 0
     for r in rows:
-        r["running_limit"] = r["concurrency_limit"]
         r["rate_limit"] = None if r["rate_limit"] is None else \
             f"{r['rate_limit']}/{_period_text(r['rate_period_s'])}"
     _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
@@ -289,9 +317,20 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
                  allowed_hosts=args.allowed_host, query_timeout=args.query_timeout)
 
 
+def _known_queue(q: portq.Queue, name: str, create: bool) -> None:
+    """Refuse a queue with no job and no setting (most likely a typo) unless ``create``."""
+    portq.queue.validate_queue(name)
+    if create or q.stats(name):   # a row: the queue has jobs, or is paused or limited
+        return
+    raise ConfigurationError(
+        f"queue {name!r} has no jobs and no settings (a typo?); pass --create to set it "
+        "up before its first job")
+
+
 def cmd_pause(args: argparse.Namespace) -> int:
     """``portq pause URL QUEUE``: no worker claims the queue's jobs until ``resume``."""
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         q.pause(args.queue_name)
     print(f"paused {args.queue_name}: workers claim none of its jobs from their next poll; "
           f"running jobs finish")
@@ -305,6 +344,7 @@ def cmd_limit(args: argparse.Namespace) -> int:
         raise ConfigurationError("portq limit: give --running N and/or --rate N/PERIOD "
                                  "(none clears either)")
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         if args.running is not _UNSET:
             q.set_concurrency_limit(args.queue_name, args.running)
         if args.rate is not _UNSET:
@@ -369,6 +409,7 @@ _UNSET = object()
 def cmd_resume(args: argparse.Namespace) -> int:
     """``portq resume URL QUEUE``: workers claim the queue's jobs again."""
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         q.resume(args.queue_name)
     print(f"resumed {args.queue_name}")
     return 0
@@ -505,7 +546,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         print(f"no {which}{where}" + (f" after id {args.after_id}" if args.after_id else ""))
         return 0
     _print_table(JOB_COLUMNS, [[
-        str(r.id), r.state, r.queue, str(r.priority), _cell(r.run_at),
+        str(r.id), r.shown_state, r.queue, str(r.priority), _cell(r.run_at),
         f"{r.attempts}/{r.max_attempts}", r.key or "-", error_line(r.last_error)[:80] or "-"]
         for r in records])
     if len(records) == args.limit:
@@ -521,14 +562,15 @@ def cmd_job(args: argparse.Namespace) -> int:
     with _open(args) as q:
         record = q.job(ids[0])
         errors = q.error_history(ids[0]) if record is not None else []
+        result = q.result(ids[0]) if record is not None else None
     if record is None:
-        _emit(args, {"id": ids[0], "result": "no such job"}, f"no such job {ids[0]}")
+        print(f"portq: error: no such job {ids[0]}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({**record.as_dict(), "errors": [e.as_dict() for e in errors]},
-                         indent=2))
+        print(json.dumps({**record.as_dict(), "result": result,
+                          "errors": [e.as_dict() for e in errors]}, indent=2, default=str))
         return 0
-    for line in _describe(record):
+    for line in _describe(record, result):
         print(line)
     print(f"errors ({len(errors)} recorded attempt{'' if len(errors) == 1 else 's'}):"
           if errors else "errors: none recorded")
@@ -539,13 +581,15 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(r: JobRecord) -> Iterator[str]:
+def _describe(r: JobRecord, result: Any) -> Iterator[str]:
     fields: list[tuple[str, Any]] = [
-        ("id", r.id), ("queue", r.queue), ("state", r.state), ("priority", r.priority),
+        ("id", r.id), ("queue", r.queue), ("state", r.shown_state), ("priority", r.priority),
         ("attempts", f"{r.attempts}/{r.max_attempts}"), ("key", r.key),
         ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
         ("worker_id", r.worker_id), ("lease_until", r.lease_until),
         ("payload", json.dumps(r.payload, ensure_ascii=False)),
+        ("result", None if r.state != State.SUCCEEDED else
+         json.dumps(result, ensure_ascii=False)),
         ("last_error", error_line(r.last_error) or None)]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
@@ -731,6 +775,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=parse, default=default, metavar="DURATION",
                        required=required, help=help_ + shown)
 
+    def create(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--create", action="store_true",
+                       help="act on a queue that has no jobs yet (without it, a queue with "
+                            "no jobs and no settings is refused as a likely typo)")
+
     command("migrate", cmd_migrate, "create or upgrade portq's tables; says which")
     p = command("enqueue", cmd_enqueue, "add a job; says its id, and whether it is new")
     p.add_argument("--queue", required=True, help="queue name")
@@ -870,9 +919,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("jobs", cmd_jobs, "list jobs by id: state, queue, priority, run_at, "
                 "attempts, key, last error")
-    p.add_argument("--state", default=ALL_STATES, choices=[*(s.value for s in State),
-                                                           ALL_STATES],
-                   help=f"only jobs in this state (default {ALL_STATES})")
+    p.add_argument("--state", default=ALL_STATES, choices=[
+                       State.READY.value, SCHEDULED,
+                       *(s.value for s in State if s != State.READY), ALL_STATES],
+                   help=f"only jobs in this state (default {ALL_STATES}); scheduled: ready "
+                        "jobs not yet due (delayed, or waiting for a retry), by run_at")
     p.add_argument("--queue", default=None, help="one queue (default: every queue)")
     p.add_argument("--limit", type=_positive, default=50, help="most jobs shown (default 50)")
     p.add_argument("--after-id", type=_non_negative, default=0, metavar="ID",
@@ -881,12 +932,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("pause", cmd_pause, "stop every worker claiming a queue's jobs (persisted; "
                                     "running jobs finish)")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to pause")
+    create(p)
     p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to resume")
+    create(p)
     p = command("limit", cmd_limit, "set or clear a queue's limits on running jobs and on "
                                     "jobs started per period, across every worker "
                                     "(enforced in the claim transaction)")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to limit")
+    create(p)
     p.add_argument("--running", type=_limit_or_none, default=_UNSET, metavar="N",
                    help="at most N running jobs of QUEUE at once; 'none' clears the limit")
     p.add_argument("--rate", type=_rate_or_none, default=_UNSET, metavar="N/PERIOD",
@@ -982,13 +1036,38 @@ class PortqParser(argparse.ArgumentParser):
         return out
 
 
+def _subparser(parser: argparse.ArgumentParser,
+               args: argparse.Namespace) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(getattr(args, "command", ""), parser)  # type: ignore[no-any-return]
+    return parser
+
+
+def _late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      extras: list[str]) -> list[str]:
+    """argparse gives positionals only the words before the first option: in
+    ``portq pause URL --prefix P QUEUE``, QUEUE is left over. Parse the command's
+    positional words again, all together (options already parsed stay as they are);
+    return what is still left over."""
+    sub = _subparser(parser, args)
+    if sub is parser or any(e.startswith("-") for e in extras) or any(
+            a.required and a.option_strings for a in sub._actions):
+        return extras
+    words: list[str] = []
+    for action in sub._actions:
+        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+            continue
+        value = getattr(args, action.dest, None)
+        words += value if isinstance(value, list) else [] if value is None else [value]
+    _, left = sub.parse_known_args(words + extras, namespace=args)
+    return left
+
+
 def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    extras: Sequence[str]) -> NoReturn:
     """Refuse unknown arguments with the command's own parser (which adds the hints)."""
-    sub = parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            sub = action.choices.get(getattr(args, "command", ""), parser)
+    sub = _subparser(parser, args)
     sub.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
 
 
@@ -1001,6 +1080,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _ARGV[:] = argv
     args, extras = parser.parse_known_args(_join_negative_values(argv))
+    if extras:
+        extras = _late_positionals(parser, args, extras)
     if extras:
         _refuse_extras(parser, args, extras)
     if passthrough:

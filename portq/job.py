@@ -23,6 +23,9 @@ class State(enum.StrEnum):
 
 
 TERMINAL_STATES = (State.SUCCEEDED, State.DEAD, State.CANCELLED)
+#: not a state of the table: the ``ready`` jobs whose run_at is still in the future (delayed,
+#: or waiting for a retry); a filter of :meth:`portq.Queue.jobs` and the operator views
+SCHEDULED = "scheduled"
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,13 @@ class JobRecord:
     last_error: str | None
     created_at: datetime | None
     finished_at: datetime | None
+    #: ready, with run_at after the database clock when it was read (not yet due)
+    scheduled: bool = False
+
+    @property
+    def shown_state(self) -> str:
+        """``scheduled`` for a ready job not yet due, else the state."""
+        return SCHEDULED if self.scheduled else self.state
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 strings."""

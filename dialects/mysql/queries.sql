@@ -260,8 +260,9 @@ ORDER BY job_id
 LIMIT :limit;
 
 -- name: jobs_newest
-SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
@@ -271,8 +272,9 @@ ORDER BY job_id DESC
 LIMIT :limit;
 
 -- name: jobs_by_run_at
-SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
