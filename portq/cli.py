@@ -21,6 +21,7 @@ from portq.errors import ConfigurationError, PayloadError, PortqError
 from portq.job import ALL_STATES, SCHEDULED, Job, JobRecord, State, error_line
 from portq.logs import FORMATS, LEVELS, configure_logging
 from portq.queue import MAX_PAYLOAD_DEPTH
+from portq.rates import parse_rate, period_text
 from portq.registry import live_workers, workers_per_queue
 from portq.retry import Backoff
 from portq.tasks import TaskRouter, import_module, load_app
@@ -287,7 +288,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         r["rate_limit"] = None if r["rate_limit"] is None else \
-            f"{r['rate_limit']}/{_period_text(r['rate_period_s'])}"
+            f"{r['rate_limit']}/{period_text(r['rate_period_s'])}"
     _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
     return 0
 
@@ -358,44 +359,17 @@ def cmd_limit(args: argparse.Namespace) -> int:
         print(f"cleared the rate limit of {args.queue_name}")
     elif args.rate is not _UNSET:
         n, seconds = args.rate
-        print(f"limited {args.queue_name} to {n} jobs started per {_period_text(seconds)} "
+        print(f"limited {args.queue_name} to {n} jobs started per {period_text(seconds)} "
               f"(any sliding window) across every worker; workers see it within a second")
     return 0
 
 
-_PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
-
-
 def _rate_or_none(text: str) -> tuple[int, float] | None:
-    """``N/PERIOD`` (``50/2s``, ``100/1m``, ``1000/1h``; a bare unit means 1 of it:
-    ``100/m``) as (N, seconds), or ``none``."""
-    if text.strip().lower() == "none":
-        return None
-    match = _RATE.match(text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
-            "(units ms, s, m, h, d), or none")
-    n, amount, unit = int(match[1]), match[2] or "1", match[3]
+    """``--rate``: :func:`portq.rates.parse_rate` for argparse."""
     try:
-        seconds = float(amount) * _PERIOD_UNITS[unit]
-    except ValueError:
-        seconds = 0.0
-    if n < 1 or not 0.01 <= seconds <= 366 * 86400:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the rate needs N >= 1 and a period from 10ms to 366d")
-    return n, seconds
-
-
-def _period_text(seconds: float | None) -> str:
-    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    return f"{seconds * 1000:g}ms"
+        return parse_rate(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _limit_or_none(text: str) -> int | None:

@@ -31,10 +31,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from portq.errors import PortqError, StatementTimeout
-from portq.job import QueueStats, State, WorkerInfo
+from portq.job import SCHEDULED, QueueStats, State, WorkerInfo, error_line
 from portq.queue import Queue
 from portq.registry import workers_per_queue
 from portq.web.gate import BadRequest, Gate
+from portq.web.queues import limits_text, queue_routes
 from portq.web.security import SESSION_COOKIE, Guard
 
 log = logging.getLogger("portq.web")
@@ -42,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
 BULK_BATCH = 500          # rows per statement of a bulk action
 MINUTES = 60              # the overview's throughput window
-STATES = [s.value for s in State]
+STATES = [State.READY.value, SCHEDULED, *(s.value for s in State if s != State.READY)]
 ORDERS = {"-id": "newest first", "id": "oldest first", "run_at": "run_at"}
 # what each action does, and the states it applies to
 ACTIONS = {
@@ -91,6 +92,8 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
     env.filters["when"] = _when
     env.filters["age"] = _age
     env.filters["compact"] = _compact
+    env.filters["error_line"] = error_line
+    env.filters["limits"] = limits_text
     env.globals["chart"] = chart_svg
 
     def render(request: Request, template: str, status: int = 200, **ctx: Any) -> Response:
@@ -153,6 +156,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         bulk = [] if settings.read_only or f.key or f.text or not f.state else \
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
         return render(request, "jobs.html", status=status, f=f, rows=rows,
+                      page_size=PAGE_SIZE,
                       error=error, next_query=next_query, first_query=f.query(),
                       bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
@@ -166,7 +170,10 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         actions = [] if settings.read_only else \
             [(name, label) for name, (label, states) in ACTIONS.items()
              if record.state in states]
+        result = queue.result(job_id) if record.state == State.SUCCEEDED else None
         return render(request, "job.html", job=record, errors=queue.error_history(job_id),
+                      result=None if record.state != State.SUCCEEDED else
+                      json.dumps(result, indent=2, ensure_ascii=False),
                       payload=json.dumps(record.payload, indent=2, ensure_ascii=False),
                       actions=actions, notice=_notice(request))
 
@@ -310,6 +317,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         Route("/jobs/{job_id:int}/{action:str}", job_action, methods=["POST"]),
         Route("/bulk", bulk_confirm),
         Route("/bulk", bulk_action, methods=["POST"]),
+        *queue_routes(queue, render, guarded, settings.read_only, refuse),
         Route("/workers", workers),
         Route("/schedules", schedules),
         Route("/login", login_page),

@@ -54,6 +54,23 @@
     return svg;
   }
 
+  function period(s) {
+    if (s === null || s === undefined) { return "-"; }
+    var units = [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]];
+    for (var i = 0; i < units.length; i++) {
+      var n = s / units[i][1];
+      if (n >= 1 && Number.isInteger(n)) { return n + units[i][0]; }
+    }
+    return (s * 1000) + "ms";
+  }
+
+  function limits(q) {  // the words of portq/web/queues.py limits_text
+    var shown = [];
+    if (q.concurrency_limit) { shown.push("\u2264 " + q.concurrency_limit + " running"); }
+    if (q.rate_limit) { shown.push(q.rate_limit + " / " + period(q.rate_period_s)); }
+    return shown;
+  }
+
   function link(text, href) {
     var a = document.createElement("a");
     a.textContent = String(text);
@@ -73,12 +90,11 @@
     tr.setAttribute("data-queue", q.queue);
     var qs = "?queue=" + encodeURIComponent(q.queue);
     var name = cell("", "");
-    name.appendChild(link(q.queue, base + "/jobs" + qs));
+    name.appendChild(link(q.queue, base + "/queues/" + encodeURIComponent(q.queue)));
     tr.appendChild(name);
     COUNTS.forEach(function (s) {
       var td = cell("n", s);
-      var state = s === "scheduled" ? "ready" : s;
-      td.appendChild(link(q[s], base + "/jobs" + qs + "&state=" + state));
+      td.appendChild(link(q[s], base + "/jobs" + qs + "&state=" + s));
       tr.appendChild(td);
     });
     var old = cell("n", "oldest_ready_age_s");
@@ -87,6 +103,16 @@
     var w = cell("n", "workers");
     w.textContent = String(q.workers);
     tr.appendChild(w);
+    var lim = cell("", "limits");
+    if (q.paused) {
+      var badge = document.createElement("span");
+      badge.className = "badge paused";
+      badge.textContent = "paused";
+      lim.appendChild(badge);
+      lim.appendChild(document.createTextNode(" "));
+    }
+    lim.appendChild(document.createTextNode(limits(q).join(", ")));
+    tr.appendChild(lim);
     var c = cell("", "chart");
     c.appendChild(chart(q.finished_per_minute, q.dead_per_minute));
     tr.appendChild(c);
@@ -104,7 +130,7 @@
       var tr = document.createElement("tr");
       tr.className = "empty";
       var td = document.createElement("td");
-      td.setAttribute("colspan", "11");
+      td.setAttribute("colspan", "12");
       td.textContent = "No jobs yet.";
       tr.appendChild(td);
       tbody.appendChild(tr);

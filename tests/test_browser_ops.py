@@ -1,0 +1,145 @@
+"""The operator's views and controls in headless Chromium against `portq dashboard`, on
+every reachable engine: a job's result and exception line, the scheduled view, pausing,
+resuming and limiting a queue (with confirmation, refused in read-only mode), the pager's
+footer. Needs what tests/test_browser.py needs; skips the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("playwright", reason="browser tests need portq[browser]")
+
+from test_browser import (
+    Watch,
+    _state,
+    browser,
+    page,
+    server,
+    sync_api,
+)
+from webdata import dashboard, failed_twice
+
+import portq
+
+__all__ = ["browser", "page", "server"]   # fixtures used by name below
+TRACEBACK = ('Traceback (most recent call last):\n  File "app.py", line 3, in handle\n'
+             '    charge(card)\nValueError: card 4242 declined\n')
+
+
+def test_a_job_shows_its_result_and_exception_line(page: Watch, queue: portq.Queue,
+                                                   qname: str) -> None:
+    done = queue.enqueue(qname, {"order": 7}, priority=10)
+    (job,) = queue.claim(qname, "w", limit=1)
+    assert job.id == done
+    assert queue.store_result(job, {"receipt": "R-7", "total": 12.5})
+    assert queue.complete(job)
+    dead = queue.enqueue(qname, {"order": 8}, max_attempts=1, priority=10)
+    (job,) = queue.claim(qname, "w", limit=1)
+    assert job.id == dead and queue.fail(job, TRACEBACK)
+    p = page.page
+    p.goto(f"/jobs/{done}")
+    assert '"receipt": "R-7"' in p.inner_text("#result")
+    p.goto(f"/jobs/{dead}")
+    sync_api.expect(p.locator("#last-error")).to_have_text("ValueError: card 4242 declined")
+    assert p.locator("#result").count() == 0
+    p.goto(f"/jobs?queue={qname}&state=dead")
+    cell = p.locator("#jobs tbody tr td.err").first
+    assert cell.inner_text() == "ValueError: card 4242 declined"
+    assert "most recent call" not in p.inner_text("#jobs")
+    assert "50 per page at most" in p.inner_text(".pager")
+
+
+def test_scheduled_jobs_are_a_view_of_their_own(page: Watch, queue: portq.Queue,
+                                                qname: str) -> None:
+    due = queue.enqueue(qname, "due")
+    later = queue.enqueue(qname, "later", delay=3600)
+    p = page.page
+    p.goto("/")
+    p.locator(f'tr[data-queue="{qname}"] td[data-field="scheduled"] a').click()
+    p.wait_for_url("**state=scheduled**")
+    rows = p.locator("#jobs tbody tr")
+    sync_api.expect(rows).to_have_count(1)
+    assert rows.first.locator("td").first.inner_text() == str(later)
+    assert rows.first.locator(".state").inner_text() == "scheduled"
+    assert p.locator('select[name="state"] option[value="scheduled"]').count() == 1
+    p.goto(f"/jobs?queue={qname}&state=ready")
+    shown = {r.locator("td").first.inner_text(): r.locator(".state").inner_text()
+             for r in p.locator("#jobs tbody tr").all()}
+    assert shown == {str(due): "ready", str(later): "scheduled"}
+    p.goto(f"/jobs/{later}")
+    sync_api.expect(p.locator("#state")).to_have_text("scheduled")
+
+
+def test_pause_resume_and_limit_a_queue_from_the_browser(page: Watch, queue: portq.Queue,
+                                                         qname: str) -> None:
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+    p = page.page
+    p.goto("/")
+    p.locator(f'tr[data-queue="{qname}"] td a').first.click()
+    p.wait_for_url(f"**/queues/{qname}")
+    sync_api.expect(p.locator("#claims")).to_have_text("active")
+    p.click("#pause")
+    sync_api.expect(p.locator("#confirm")).to_be_visible()
+    assert qname not in queue.paused_queues(), "the confirmation page acted"
+    p.click("#confirm")
+    sync_api.expect(p.locator("#notice")).to_contain_text("Queue paused")
+    sync_api.expect(p.locator("#paused")).to_be_visible()
+    assert qname in queue.paused_queues()
+    p.goto("/")
+    limits = p.locator(f'tr[data-queue="{qname}"] td[data-field="limits"]')
+    sync_api.expect(limits).to_contain_text("paused")
+    p.goto(f"/queues/{qname}")
+    p.fill('#limit-form input[name="running"]', "3")
+    p.fill('#limit-form input[name="rate"]', "50/2s")
+    p.click("#set-limits")
+    sync_api.expect(p.locator("#new-running")).to_have_text("3")
+    sync_api.expect(p.locator("#new-rate")).to_have_text("50 / 2s")
+    p.click("#confirm")
+    sync_api.expect(p.locator("#notice")).to_contain_text("Limits saved")
+    sync_api.expect(p.locator("#running-limit")).to_have_text("3")
+    sync_api.expect(p.locator("#rate-limit")).to_have_text("50/2s")
+    stats = {s.queue: s for s in queue.stats(qname)}[qname]
+    assert (stats.concurrency_limit, stats.rate_limit, stats.rate_period_s) == (3, 50, 2)
+    p.goto("/")   # the overview, rendered and then refreshed by app.js, shows the limits
+    sync_api.expect(limits).to_contain_text("≤ 3 running")
+    refreshed = "document.body.getAttribute('data-refreshed')"
+    p.wait_for_function(f"{refreshed} !== null", timeout=15_000)
+    sync_api.expect(limits).to_contain_text("50 / 2s")
+    p.goto(f"/queues/{qname}")
+    p.fill('#limit-form input[name="rate"]', "fifty")
+    p.click("#set-limits")
+    sync_api.expect(p.locator("#message")).to_contain_text("is not a rate")
+    p.goto(f"/queues/{qname}")
+    p.click("#resume")
+    p.click("#confirm")
+    sync_api.expect(p.locator("#notice")).to_contain_text("Queue resumed")
+    assert qname not in queue.paused_queues()
+
+
+def test_queue_controls_are_absent_and_refused_when_read_only(
+        browser: Any, engine_url: str, queue: portq.Queue, qname: str) -> None:
+    job_id = failed_twice(queue, qname)
+    with dashboard(engine_url, "--read-only") as base:
+        context = browser.new_context(base_url=base)
+        watch = Watch(context.new_page(), base)
+        p = watch.page
+        p.goto(f"/queues/{qname}")
+        sync_api.expect(p.locator("#queue-facts")).to_be_visible()
+        assert p.locator("#queue-actions").count() == 0
+        assert p.locator("#limit-form").count() == 0
+        p.goto(f"/queues/{qname}/confirm?action=pause")
+        sync_api.expect(p.locator("#message")).to_contain_text("read-only")
+        status = p.evaluate(
+            """async (name) => {
+                 const csrf = document.querySelector('meta[name=csrf-token]').content;
+                 const r = await fetch('/queues/' + name + '/pause', {method: 'POST',
+                   headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+                   body: 'csrf=' + csrf});
+                 return r.status; }""", qname)
+        assert status == 403
+        watch.clean()
+        context.close()
+    assert qname not in queue.paused_queues() and _state(queue, job_id) == "dead"
+
