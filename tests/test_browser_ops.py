@@ -143,3 +143,18 @@ def test_queue_controls_are_absent_and_refused_when_read_only(
         context.close()
     assert qname not in queue.paused_queues() and _state(queue, job_id) == "dead"
 
+
+
+def test_every_page_fits_a_390_pixel_phone(browser: Any, server: str, queue: portq.Queue,
+                                           qname: str) -> None:
+    job_id = failed_twice(queue, qname)
+    queue.enqueue_many([{"queue": qname, "payload": {"note": "x" * 300, "i": i}}
+                        for i in range(5)])
+    context = browser.new_context(base_url=server, viewport={"width": 390, "height": 844})
+    p = context.new_page()
+    for path in ("/", f"/jobs?queue={qname}", "/jobs", f"/jobs/{job_id}", "/workers",
+                 "/schedules", f"/queues/{qname}", f"/queues/{qname}/confirm?action=pause"):
+        p.goto(path)
+        width = p.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width} px wide at a 390 px viewport"
+    context.close()
