@@ -135,7 +135,7 @@ def test_filter_jobs_by_queue_and_state(page: Watch, queue: portq.Queue, qname: 
     p.wait_for_url("**/jobs?*state=dead*")
     rows = p.locator("#jobs tbody tr")
     assert rows.count() == 1
-    assert rows.first.locator("td").first.inner_text() == str(dead)
+    assert rows.first.locator("td.n a").first.inner_text() == str(dead)
     p.fill('input[name="text"]', "CHARGE card")
     p.click('#filters button[type="submit"]')
     assert p.locator("#jobs tbody tr").count() == 1

@@ -61,11 +61,11 @@ def test_scheduled_jobs_are_a_view_of_their_own(page: Watch, queue: portq.Queue,
     p.wait_for_url("**state=scheduled**")
     rows = p.locator("#jobs tbody tr")
     sync_api.expect(rows).to_have_count(1)
-    assert rows.first.locator("td").first.inner_text() == str(later)
+    assert rows.first.locator("td.n a").first.inner_text() == str(later)
     assert rows.first.locator(".state").inner_text() == "scheduled"
     assert p.locator('select[name="state"] option[value="scheduled"]').count() == 1
     p.goto(f"/jobs?queue={qname}&state=ready")
-    shown = {r.locator("td").first.inner_text(): r.locator(".state").inner_text()
+    shown = {r.locator("td.n a").first.inner_text(): r.locator(".state").inner_text()
              for r in p.locator("#jobs tbody tr").all()}
     assert shown == {str(due): "ready", str(later): "scheduled"}
     p.goto(f"/jobs/{later}")
@@ -158,3 +158,29 @@ def test_every_page_fits_a_390_pixel_phone(browser: Any, server: str, queue: por
         width = p.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"{path} is {width} px wide at a 390 px viewport"
     context.close()
+
+
+def test_act_on_the_jobs_ticked(page: Watch, queue: portq.Queue, qname: str) -> None:
+    dead = [failed_twice(queue, qname) for _ in range(3)]
+    p = page.page
+    p.goto(f"/jobs?queue={qname}&state=dead")
+    for job_id in dead[:2]:
+        p.check(f'#select-form input[name="id"][value="{job_id}"]')
+    p.click("#select-retry")
+    sync_api.expect(p.locator("#selected-ids")).to_have_text(f"{dead[1]}, {dead[0]}")
+    assert all(_state(queue, i) == "dead" for i in dead), "the confirmation page acted"
+    p.click("#confirm")
+    sync_api.expect(p.locator("#notice")).to_contain_text("Selected jobs: 2 changed")
+    p.wait_for_url(f"**queue={qname}**state=dead**")
+    assert [_state(queue, i) for i in dead] == ["ready", "ready", "dead"]
+    # select every row shown, then cancel: the dead one is left as it was
+    p.goto(f"/jobs?queue={qname}")
+    p.check("#select-all")
+    assert p.locator('#select-form input[name="id"]:checked').count() == 3
+    p.click("#select-cancel")
+    p.click("#confirm")
+    sync_api.expect(p.locator("#notice")).to_contain_text(
+        "2 changed, 1 left as they were")
+    assert [_state(queue, i) for i in dead] == ["cancelled", "cancelled", "dead"]
+    p.goto("/selected?action=retry")   # nothing ticked
+    sync_api.expect(p.locator("#message")).to_contain_text("select from 1 to 100 jobs")

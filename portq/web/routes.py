@@ -37,6 +37,7 @@ from portq.registry import workers_per_queue
 from portq.web.gate import BadRequest, Gate
 from portq.web.queues import limits_text, queue_routes
 from portq.web.security import SESSION_COOKIE, Guard
+from portq.web.selected import selected_routes
 
 log = logging.getLogger("portq.web")
 HERE = Path(__file__).resolve().parent
@@ -156,7 +157,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         bulk = [] if settings.read_only or f.key or f.text or not f.state else \
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
         return render(request, "jobs.html", status=status, f=f, rows=rows,
-                      page_size=PAGE_SIZE,
+                      page_size=PAGE_SIZE, select=not settings.read_only and bool(rows),
                       error=error, next_query=next_query, first_query=f.query(),
                       bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
@@ -199,9 +200,9 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
 
     # ---- actions (POST + CSRF) --------------------------------------------------------
 
-    async def guarded(request: Request,
-                      act: Callable[[dict[str, str]], Response]) -> Response:
-        form = parse_form(await request.body(), MAX_FORM_FIELDS)
+    async def guarded(request: Request, act: Callable[[Form], Response],
+                      max_fields: int = MAX_FORM_FIELDS) -> Response:
+        form = parse_form(await request.body(), max_fields)
         if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page and "
                                         "try again.")
@@ -318,6 +319,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         Route("/bulk", bulk_confirm),
         Route("/bulk", bulk_action, methods=["POST"]),
         *queue_routes(queue, render, guarded, settings.read_only, refuse),
+        *selected_routes(queue, render, guarded, settings.read_only, refuse),
         Route("/workers", workers),
         Route("/schedules", schedules),
         Route("/login", login_page),
@@ -340,14 +342,22 @@ def _timeout_text(queue: Queue) -> str:
     return f"{ms / 1000:g} s" if ms else "its statement timeout"
 
 
-def parse_form(body: bytes, max_fields: int) -> dict[str, str]:
-    """The fields of a urlencoded form body (first value of each); a 400 when it holds
-    more than ``max_fields`` fields."""
+class Form(dict[str, str]):
+    """A posted form: the first value of each field, and every value in ``lists``."""
+
+    def __init__(self, lists: dict[str, list[str]]) -> None:
+        super().__init__({k: v[0] for k, v in lists.items()})
+        self.lists = lists
+
+
+def parse_form(body: bytes, max_fields: int) -> Form:
+    """The fields of a urlencoded form body; a 400 when it holds more than
+    ``max_fields`` fields."""
     try:
         fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=max_fields)
     except ValueError:
         raise BadRequest(400, f"The form has more than {max_fields} fields.") from None
-    return {k: v[0] for k, v in fields.items()}
+    return Form(fields)
 
 
 def _set_session(request: Request, response: Response, value: str,
@@ -361,9 +371,16 @@ def _set_session(request: Request, response: Response, value: str,
 def _notice(request: Request) -> str | None:
     done = request.query_params.get("done")
     text = NOTICES.get(done or "")
+    count = request.query_params.get("count", "0")
+    changed = int(count) if count.isdigit() and len(count) < 10 else 0
     if done == "bulk":
-        count = request.query_params.get("count", "0")
-        text = f"Bulk action done: {int(count) if count.isdigit() else 0} jobs changed."
+        text = f"Bulk action done: {changed} jobs changed."
+    if done == "selected":
+        skipped = request.query_params.get("skipped", "0")
+        left = int(skipped) if skipped.isdigit() and len(skipped) < 10 else 0
+        text = f"Selected jobs: {changed} changed" + (
+            f", {left} left as they were (no longer in a state that allows it)."
+            if left else ".")
     return text
 
 

@@ -4,6 +4,14 @@
 "use strict";
 (function () {
   var body = document.body;
+  var all = document.getElementById("select-all");   // the Jobs page's "select every row"
+  if (all) {
+    all.addEventListener("change", function () {
+      document.querySelectorAll("#select-form input[name=id]").forEach(function (box) {
+        box.checked = all.checked;
+      });
+    });
+  }
   var table = document.getElementById("queues");
   if (!table) { return; }
   var base = body.getAttribute("data-base") || "";
