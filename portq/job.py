@@ -243,6 +243,15 @@ def error_line(text: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class WorkerActivity:
+    """What the job table and the registry row say of one live worker: the running jobs
+    it holds now, and the seconds until its row expires without another heartbeat."""
+
+    running: int
+    expires_in_s: float
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """One live worker in the registry (``portq workers``). ``schedules`` holds the cron
     entries it runs: dicts of name, queue, cron, next_due and last_enqueued (ISO-8601 UTC).

@@ -27,6 +27,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     State,
+    WorkerActivity,
     WorkerInfo,
 )
 from portq.protocol import NewJob, UniqueScope
@@ -578,6 +579,11 @@ class Queue:
     def workers(self) -> list[WorkerInfo]:
         """The live workers of the registry (rows whose heartbeats have not expired)."""
         return self.backend.workers()
+
+    def worker_activity(self) -> dict[str, WorkerActivity]:
+        """Per live worker id: the running jobs the job table says it holds, and the
+        seconds until its registry row expires unless it beats again."""
+        return self.backend.worker_activity()
 
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""

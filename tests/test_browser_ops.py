@@ -5,6 +5,12 @@ footer. Needs what tests/test_browser.py needs; skips the same way."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +28,8 @@ from test_browser import (
 from webdata import dashboard, failed_twice
 
 import portq
+from portq.conformance.helpers import wait_until
+from portq.conformance.plugin import TEST_PREFIX
 
 __all__ = ["browser", "page", "server"]   # fixtures used by name below
 TRACEBACK = ('Traceback (most recent call last):\n  File "app.py", line 3, in handle\n'
@@ -184,3 +192,49 @@ def test_act_on_the_jobs_ticked(page: Watch, queue: portq.Queue, qname: str) -> 
     assert [_state(queue, i) for i in dead] == ["cancelled", "cancelled", "dead"]
     p.goto("/selected?action=retry")   # nothing ticked
     sync_api.expect(p.locator("#message")).to_contain_text("select from 1 to 100 jobs")
+
+
+def test_workers_page_counts_running_jobs_and_flags_a_killed_worker(
+        page: Watch, engine_url: str, queue: portq.Queue, qname: str,
+        tmp_path: Path) -> None:
+    """A real `portq worker` holding 3 slow jobs: the page shows 3 running jobs (read from
+    the job table, not the heartbeat's snapshot); killed with SIGKILL, it is flagged gone
+    at once (same host, its pid no longer exists). A row whose heartbeats stopped on
+    another host is flagged stale once half its lifetime has passed."""
+    from portq.job import WorkerInfo
+    (tmp_path / "slow_handler.py").write_text(
+        "import time\ndef handle(job):\n    time.sleep(60)\n")
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "portq.cli", "worker", engine_url, "--prefix", TEST_PREFIX,
+         "--queue", qname, "--handler", "slow_handler:handle", "--concurrency", "4"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = page.page
+    try:
+        assert wait_until(lambda: queue.stats(qname)[0].running == 3, timeout=30)
+        worker_id = str(queue.jobs("running", queue=qname)[0].worker_id)
+        row = p.locator(f'tr[data-worker="{worker_id}"]')
+        p.goto("/workers")
+        sync_api.expect(row.locator('td[data-field="running"]')).to_have_text("3")
+        sync_api.expect(row.locator('td[data-field="status"]')).to_have_text("live")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        p.goto("/workers")
+        gone = row.locator('td[data-field="status"]')
+        sync_api.expect(gone.locator(".badge")).to_have_text("gone")
+        sync_api.expect(gone).to_contain_text("no longer runs on this host")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    far = f"far-{qname}"
+    queue.backend.beat_worker(WorkerInfo(far, "another-host", 4242, (qname,), 2), 3000)
+    try:
+        time.sleep(2)
+        p.goto("/workers")
+        status = p.locator(f'tr[data-worker="{far}"] td[data-field="status"]')
+        sync_api.expect(status.locator(".badge")).to_have_text("stale")
+        sync_api.expect(status).to_contain_text("no heartbeat for")
+    finally:
+        queue.backend.deregister_worker(far)

@@ -508,3 +508,12 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running';
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (only running rows have a lease: a range of portq_job_lease_idx).
+SELECT CONVERT(w.worker_id USING utf8mb4), w.expires_at, UTC_TIMESTAMP(6),
+       (SELECT COUNT(*) FROM portq_job j
+        WHERE j.lease_until IS NOT NULL AND j.state = 'running' AND j.worker_id = w.worker_id)
+FROM portq_worker w
+WHERE w.expires_at > UTC_TIMESTAMP(6);

@@ -435,3 +435,12 @@ UPDATE portq_job
 SET state = 'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running';
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (the partial index portq_job_lease_idx holds only running rows).
+SELECT w.worker_id, w.expires_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+       (SELECT count(*) FROM portq_job j
+        WHERE j.state = 'running' AND j.lease_until IS NOT NULL AND j.worker_id = w.worker_id)
+FROM portq_worker w
+WHERE w.expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);

@@ -556,3 +556,14 @@ UPDATE portq_job
 SET state = N'ready', attempts = attempts - 1, worker_id = NULL, lease_until = NULL
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(:worker_id) AND state = N'running';
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (the filtered index portq_job_lease_idx holds only running rows;
+-- READPAST skips rows a completion holds locked: a display, never a decision).
+SELECT w.worker_id, w.expires_at, SYSUTCDATETIME(),
+       (SELECT COUNT(*) FROM portq_job j WITH (READCOMMITTEDLOCK, READPAST)
+        WHERE j.state = N'running' AND j.lease_until IS NOT NULL
+          AND j.worker_id = w.worker_id AND DATALENGTH(j.worker_id) = DATALENGTH(w.worker_id))
+FROM portq_worker w
+WHERE w.expires_at > SYSUTCDATETIME();

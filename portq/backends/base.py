@@ -43,6 +43,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     ServerInfo,
+    WorkerActivity,
     WorkerInfo,
 )
 from portq.pool import Pool, close_quietly
@@ -984,6 +985,17 @@ class SqlBackend(Backend):
                 schedules=tuple(json.loads(self.load_text(schedules) or "[]")),
                 started_at=self.from_db_time(started), heartbeat_at=beat_at,
                 heartbeat_age_s=age))
+        return out
+
+    def worker_activity(self) -> dict[str, WorkerActivity]:
+        rows = self.run("worker_activity", lambda cur: self.execute(
+            cur, "worker_activity").fetchall(), write=False)
+        out = {}
+        for worker_id, expires, now, running in rows:
+            expires_at, now_at = self.from_db_time(expires), self.from_db_time(now)
+            left = 0.0 if expires_at is None or now_at is None else \
+                max(0.0, (expires_at - now_at).total_seconds())
+            out[str(worker_id)] = WorkerActivity(int(running or 0), left)
         return out
 
     def load_text(self, value: Any) -> str | None:

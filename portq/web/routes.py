@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from portq.errors import PortqError, StatementTimeout
-from portq.job import SCHEDULED, QueueStats, State, WorkerInfo, error_line
+from portq.job import SCHEDULED, QueueStats, State, WorkerActivity, WorkerInfo, error_line
 from portq.queue import Queue
 from portq.registry import workers_per_queue
 from portq.web.gate import BadRequest, Gate
@@ -179,7 +180,8 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
                       actions=actions, notice=_notice(request))
 
     def workers(request: Request) -> Response:
-        return render(request, "workers.html", workers=queue.workers())
+        return render(request, "workers.html",
+                      workers=worker_rows(queue.workers(), queue.worker_activity()))
 
     def schedules(request: Request) -> Response:
         return render(request, "schedules.html", schedules=schedule_rows(queue.workers()))
@@ -523,6 +525,37 @@ def run_bulk(queue: Queue, action: str, name: str | None, state: str, expected: 
         if n == 0:
             break
     return done
+
+
+def worker_rows(workers: list[WorkerInfo],
+                activity: Mapping[str, WorkerActivity]) -> list[dict[str, Any]]:
+    """The Workers page's rows: each worker with the running jobs the job table says it
+    holds, and whether it looks gone: a process of this host that no longer exists, or a
+    heartbeat later than one and a half registry intervals (its row's lifetime is three)."""
+    rows = []
+    here = socket.gethostname()[:255]
+    for w in workers:
+        seen = activity.get(w.worker_id)
+        age = w.heartbeat_age_s or 0.0
+        status = "live"
+        if w.host == here and not _process_exists(w.pid):
+            status = f"gone: process {w.pid} no longer runs on this host"
+        elif seen is not None and age > 0.5 * (age + seen.expires_in_s):
+            status = (f"stale: no heartbeat for {age:.0f} s; listed until its row "
+                      f"expires in {seen.expires_in_s:.0f} s")
+        rows.append({"w": w, "running": None if seen is None else seen.running,
+                     "status": status})
+    return rows
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True   # it exists (another user's), or we cannot tell
+    return True
 
 
 def schedule_rows(workers: list[WorkerInfo]) -> list[dict[str, Any]]:
