@@ -580,6 +580,15 @@ class Queue:
         """The live workers of the registry (rows whose heartbeats have not expired)."""
         return self.backend.workers()
 
+    def concurrency_of(self, job_id: int) -> tuple[str, int] | None:
+        """A job's per-key limit: ``(concurrency_key, concurrency_limit)``, or None."""
+        return self.backend.job_concurrency(positive_int(job_id, "job_id"))
+
+    def key_limits(self, queue: str, *, limit: int = 20) -> list[tuple[str, int, int]]:
+        """The per-key limits in use in ``queue``: ``(key, limit, running)`` for the keys
+        of its running jobs, busiest first, at most ``limit`` keys."""
+        return self.backend.key_limits(validate_queue(queue), positive_int(limit, "limit"))
+
     def worker_activity(self) -> dict[str, WorkerActivity]:
         """Per live worker id: the running jobs the job table says it holds, and the
         seconds until its registry row expires unless it beats again."""

@@ -238,3 +238,25 @@ def test_workers_page_counts_running_jobs_and_flags_a_killed_worker(
         sync_api.expect(status).to_contain_text("no heartbeat for")
     finally:
         queue.backend.deregister_worker(far)
+
+
+def test_per_key_limits_show_on_the_job_and_queue_pages(page: Watch, queue: portq.Queue,
+                                                        qname: str) -> None:
+    ids = queue.enqueue_many([
+        {"queue": qname, "payload": i, "concurrency_key": key, "concurrency_limit": n}
+        for i, (key, n) in enumerate([("account:<b>7</b>", 2), ("account:<b>7</b>", 2),
+                                      ("account:9", 1), ("account:9", 1)])])
+    plain = queue.enqueue(qname, "no key")
+    assert len(queue.claim(qname, "w", limit=10)) == 4   # account:9 runs one at a time
+    p = page.page
+    p.goto(f"/jobs/{ids[0]}")
+    sync_api.expect(p.locator("#key-limit")).to_have_text(
+        "at most 2 running with key account:<b>7</b>")
+    p.goto(f"/jobs/{plain}")
+    sync_api.expect(p.locator("#key-limit")).to_have_text("-")
+    p.goto(f"/queues/{qname}")
+    rows = p.locator("#key-limits tbody tr")
+    sync_api.expect(rows).to_have_count(2)
+    assert [r.locator("td").all_inner_texts() for r in rows.all()] == [
+        ["account:<b>7</b>", "2", "2"], ["account:9", "1", "1"]]
+    assert p.locator("#key-limits b").count() == 0

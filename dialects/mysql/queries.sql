@@ -517,3 +517,20 @@ SELECT CONVERT(w.worker_id USING utf8mb4), w.expires_at, UTC_TIMESTAMP(6),
         WHERE j.lease_until IS NOT NULL AND j.state = 'running' AND j.worker_id = w.worker_id)
 FROM portq_worker w
 WHERE w.expires_at > UTC_TIMESTAMP(6);
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page
+-- (the key is VARBINARY: read back as text).
+SELECT CONVERT(concurrency_key USING utf8mb4), concurrency_limit
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (portq_job_ckey_idx (queue, concurrency_key,
+-- state)).
+SELECT CONVERT(concurrency_key USING utf8mb4), MAX(concurrency_limit), COUNT(*)
+FROM portq_job
+WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY COUNT(*) DESC, concurrency_key
+LIMIT :limit;

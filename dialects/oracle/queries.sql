@@ -506,3 +506,20 @@ SELECT w.worker_id, w.expires_at, SYS_EXTRACT_UTC(SYSTIMESTAMP),
           AND j.worker_id = w.worker_id)
 FROM portq_worker w
 WHERE w.expires_at > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page.
+SELECT concurrency_key, concurrency_limit FROM portq_job WHERE job_id = :job_id
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (the CASEs match portq_job_ckey_idx).
+SELECT CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
+            THEN concurrency_key END AS ckey,
+       MAX(concurrency_limit), COUNT(*)
+FROM portq_job
+WHERE CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END = :queue
+GROUP BY CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
+              THEN concurrency_key END
+ORDER BY COUNT(*) DESC, ckey
+FETCH FIRST :limit ROWS ONLY

@@ -501,3 +501,17 @@ SELECT w.worker_id, w.expires_at, now(),
         WHERE j.state = 'running' AND j.lease_until IS NOT NULL AND j.worker_id = w.worker_id)
 FROM portq_worker w
 WHERE w.expires_at > now();
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page.
+SELECT concurrency_key, concurrency_limit FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (portq_job_ckey_idx: running rows only).
+SELECT concurrency_key, max(concurrency_limit), count(*)
+FROM portq_job
+WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY count(*) DESC, concurrency_key
+LIMIT :limit;

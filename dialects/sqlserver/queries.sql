@@ -567,3 +567,19 @@ SELECT w.worker_id, w.expires_at, SYSUTCDATETIME(),
           AND j.worker_id = w.worker_id AND DATALENGTH(j.worker_id) = DATALENGTH(w.worker_id))
 FROM portq_worker w
 WHERE w.expires_at > SYSUTCDATETIME();
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page: the
+-- key is the VARBINARY of an NVARCHAR, cast back to text.
+SELECT CAST(concurrency_key AS NVARCHAR(510)), concurrency_limit
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (the filtered portq_job_ckey_idx: the
+-- statement repeats its literals; READPAST as in key_running_count: a display).
+SELECT TOP (:limit) CAST(concurrency_key AS NVARCHAR(510)), MAX(concurrency_limit), COUNT(*)
+FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
+WHERE queue = :queue AND state = N'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY COUNT(*) DESC, concurrency_key;

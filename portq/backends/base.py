@@ -987,6 +987,19 @@ class SqlBackend(Backend):
                 heartbeat_age_s=age))
         return out
 
+    def job_concurrency(self, job_id: int) -> tuple[str, int] | None:
+        row = self.run("job_concurrency", lambda cur: self.execute(
+            cur, "job_concurrency", {"job_id": job_id}).fetchone(), write=False)
+        if row is None or row[0] is None:
+            return None
+        return str(self.load_text(row[0])), int(row[1])
+
+    def key_limits(self, queue: str, limit: int) -> list[tuple[str, int, int]]:
+        rows = self.run("queue_key_limits", lambda cur: self.execute(
+            cur, "queue_key_limits", {"queue": queue, "limit": limit}).fetchall(),
+            write=False)
+        return [(str(self.load_text(k)), int(n), int(c)) for k, n, c in rows]
+
     def worker_activity(self) -> dict[str, WorkerActivity]:
         rows = self.run("worker_activity", lambda cur: self.execute(
             cur, "worker_activity").fetchall(), write=False)

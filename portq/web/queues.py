@@ -18,6 +18,7 @@ from portq.rates import parse_rate, period_text
 
 Render = Callable[..., Response]
 Guarded = Callable[[Request, Callable[[dict[str, str]], Response]], Awaitable[Response]]
+KEYS_SHOWN = 20   # per-key limits in use listed on a queue's page
 QUEUE_ACTIONS = {"pause": "Pause", "resume": "Resume", "limit": "Set the limits of"}
 QUEUE_NOTICES = {"paused": "Queue paused: workers claim none of its jobs from their next "
                            "poll; running jobs finish.",
@@ -58,6 +59,7 @@ def queue_routes(queue: Queue, render: Render, guarded: Guarded, read_only: bool
         rate = None if not stats or not stats["rate_limit"] else \
             f"{stats['rate_limit']}/{period_text(stats['rate_period_s'])}"
         return render(request, "queue.html", name=name, stats=stats, rate=rate,
+                      key_limits=queue.key_limits(name, limit=KEYS_SHOWN),
                       controls=not read_only, notice=QUEUE_NOTICES.get(done))
 
     def confirm(request: Request) -> Response:

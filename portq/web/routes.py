@@ -174,6 +174,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
              if record.state in states]
         result = queue.result(job_id) if record.state == State.SUCCEEDED else None
         return render(request, "job.html", job=record, errors=queue.error_history(job_id),
+                      concurrency=queue.concurrency_of(job_id),
                       result=None if record.state != State.SUCCEEDED else
                       json.dumps(result, indent=2, ensure_ascii=False),
                       payload=json.dumps(record.payload, indent=2, ensure_ascii=False),
