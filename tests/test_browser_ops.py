@@ -260,3 +260,29 @@ def test_per_key_limits_show_on_the_job_and_queue_pages(page: Watch, queue: port
     assert [r.locator("td").all_inner_texts() for r in rows.all()] == [
         ["account:<b>7</b>", "2", "2"], ["account:9", "1", "1"]]
     assert p.locator("#key-limits b").count() == 0
+
+
+def test_the_jobs_list_and_a_running_job_refresh_themselves(
+        page: Watch, queue: portq.Queue, qname: str) -> None:
+    job_id = queue.enqueue(qname, {"step": 1})
+    p = page.page
+    p.goto(f"/jobs/{job_id}")
+    sync_api.expect(p.locator("#state")).to_have_text("ready")
+    (job,) = queue.claim(qname, "w-live", limit=1)
+    sync_api.expect(p.locator("#state")).to_have_text("running", timeout=15_000)
+    assert queue.store_result(job, {"done": True}) and queue.complete(job)
+    sync_api.expect(p.locator("#state")).to_have_text("succeeded", timeout=15_000)
+    assert '"done": true' in p.inner_text("#result")
+    refreshed = p.evaluate("document.body.getAttribute('data-refreshed')")
+    p.wait_for_timeout(2500)   # a finished job's page stops polling
+    assert p.evaluate("document.body.getAttribute('data-refreshed')") == refreshed
+    p.goto(f"/jobs?queue={qname}")
+    sync_api.expect(p.locator("#jobs tbody tr")).to_have_count(1)
+    second = queue.enqueue(qname, {"step": 2})
+    sync_api.expect(p.locator("#jobs tbody tr")).to_have_count(2, timeout=15_000)
+    assert p.locator("#jobs tbody tr td.n a").first.inner_text() == str(second)
+    p.check(f'#select-form input[name="id"][value="{second}"]')   # a ticked row: no swap
+    queue.enqueue(qname, {"step": 3})
+    p.wait_for_timeout(2500)
+    sync_api.expect(p.locator("#jobs tbody tr")).to_have_count(2)
+    assert p.locator('#select-form input[name="id"]:checked').count() == 1

@@ -159,6 +159,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
         return render(request, "jobs.html", status=status, f=f, rows=rows,
                       page_size=PAGE_SIZE, select=not settings.read_only and bool(rows),
+                      live="jobs" if not f.after_id and not error else None,
                       error=error, next_query=next_query, first_query=f.query(),
                       bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
@@ -175,6 +176,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
         result = queue.result(job_id) if record.state == State.SUCCEEDED else None
         return render(request, "job.html", job=record, errors=queue.error_history(job_id),
                       concurrency=queue.concurrency_of(job_id),
+                      live="job" if record.state in ("ready", "running") else None,
                       result=None if record.state != State.SUCCEEDED else
                       json.dumps(result, indent=2, ensure_ascii=False),
                       payload=json.dumps(record.payload, indent=2, ensure_ascii=False),

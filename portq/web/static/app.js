@@ -12,12 +12,52 @@
       });
     });
   }
+  var live = body.getAttribute("data-live");   // the Jobs list, or a job not yet finished
+  if (live) {
+    liveReload(live);
+  }
   var table = document.getElementById("queues");
   if (!table) { return; }
   var base = body.getAttribute("data-base") || "";
   var poll = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
   var SVG = "http://www.w3.org/2000/svg";
   var COUNTS = ["ready", "scheduled", "running", "succeeded", "dead", "cancelled"];
+
+  // Fetch this very page again and swap in what changed: the rows of the Jobs list (not
+  // while a row is ticked or a filter has focus), or a job's whole page until it ends.
+  // The HTML comes from this server and is parsed inert (DOMParser runs no script).
+  function liveReload(kind) {
+    var every = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
+    function busy() {
+      var active = document.activeElement;
+      return document.querySelector("#select-form input[type=checkbox]:checked") ||
+        (active && (active.tagName === "INPUT" || active.tagName === "SELECT"));
+    }
+    function swap(html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      var id = kind === "jobs" ? "jobs" : "job-live";
+      var now = document.getElementById(id);
+      var next = fresh.getElementById(id);
+      if (now && next) {
+        now.replaceWith(document.importNode(next, true));
+      }
+      body.setAttribute("data-refreshed", String(Date.now()));
+      return fresh.body.getAttribute("data-live");
+    }
+    function tick() {
+      if (busy()) { window.setTimeout(tick, every); return; }
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.text(); })
+        .then(function (html) {
+          if (swap(html)) { window.setTimeout(tick, every); }
+        })
+        .catch(function () {
+          body.setAttribute("data-refresh-error", String(Date.now()));
+          window.setTimeout(tick, every);
+        });
+    }
+    window.setTimeout(tick, every);
+  }
 
   function age(s) {
     if (s === null || s === undefined) { return "-"; }
