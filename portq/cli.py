@@ -849,7 +849,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as they can an argument); required for a non-loopback --host")
     duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
     duration(p, "--query-timeout", 5.0, "the longest any one dashboard query may run "
-             "before the database stops it (0 for no limit)")
+             "before the database stops it (0s: no limit)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="also answer requests for this Host name (repeatable; a leading "
                         "'.' allows subdomains), e.g. the name a reverse proxy forwards; "

@@ -205,6 +205,18 @@ def test_a_forged_csrf_token_is_refused(page: Watch, queue: portq.Queue, qname: 
     assert _state(queue, job_id) == "dead"
 
 
+def post_with_csrf(p: Any, path: str) -> int:
+    """The status of a POST to ``path`` that the page's own script sends, with the CSRF
+    token of the page's session."""
+    return int(p.evaluate(
+        """async (path) => {
+             const csrf = document.querySelector('meta[name=csrf-token]').content;
+             const r = await fetch(path, {method: 'POST',
+               headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+               body: 'csrf=' + csrf});
+             return r.status; }""", path))
+
+
 def test_read_only_mode_hides_and_refuses_actions(browser: Any, engine_url: str,
                                                   queue: portq.Queue, qname: str) -> None:
     job_id = failed_twice(queue, qname)
@@ -217,14 +229,7 @@ def test_read_only_mode_hides_and_refuses_actions(browser: Any, engine_url: str,
         assert p.locator("#actions").count() == 0 and p.locator("button").count() == 0
         p.goto(f"/jobs?queue={qname}&state=dead")
         assert p.locator("#bulk").count() == 0
-        status = p.evaluate(
-            """async (id) => {
-                 const csrf = document.querySelector('meta[name=csrf-token]').content;
-                 const r = await fetch('/jobs/' + id + '/retry', {method: 'POST',
-                   headers: {'Content-Type': 'application/x-www-form-urlencoded'},
-                   body: 'csrf=' + csrf});
-                 return r.status; }""", job_id)
-        assert status == 403
+        assert post_with_csrf(p, f"/jobs/{job_id}/retry") == 403
         watch.clean()
         context.close()
     assert _state(queue, job_id) == "dead"

@@ -22,6 +22,7 @@ from test_browser import (
     _state,
     browser,
     page,
+    post_with_csrf,
     server,
     sync_api,
 )
@@ -139,14 +140,7 @@ def test_queue_controls_are_absent_and_refused_when_read_only(
         assert p.locator("#limit-form").count() == 0
         p.goto(f"/queues/{qname}/confirm?action=pause")
         sync_api.expect(p.locator("#message")).to_contain_text("read-only")
-        status = p.evaluate(
-            """async (name) => {
-                 const csrf = document.querySelector('meta[name=csrf-token]').content;
-                 const r = await fetch('/queues/' + name + '/pause', {method: 'POST',
-                   headers: {'Content-Type': 'application/x-www-form-urlencoded'},
-                   body: 'csrf=' + csrf});
-                 return r.status; }""", qname)
-        assert status == 403
+        assert post_with_csrf(p, f"/queues/{qname}/pause") == 403
         watch.clean()
         context.close()
     assert qname not in queue.paused_queues() and _state(queue, job_id) == "dead"
