@@ -153,3 +153,23 @@ def test_timedelta_is_accepted_wherever_seconds_are(queue: Any, qname: str) -> N
     assert queue.prune(timedelta(days=1)) >= 0
     with pytest.raises(portq.ConfigurationError, match="delay must be >= 0"):
         queue.enqueue(qname, 1, delay=timedelta(seconds=-1))
+
+
+def test_async_queue_takes_timedelta_like_the_sync_one(engine_url: str, qname: str) -> None:
+    import asyncio
+
+    from portq import aio
+
+    async def go() -> None:
+        q = await aio.connect(engine_url, prefix=TEST_PREFIX)
+        try:
+            job_id = await q.enqueue(qname, 1)
+            (job,) = await q.claim(qname, "w", lease=timedelta(seconds=30))
+            assert job.id == job_id
+            assert await q.renew(job, timedelta(minutes=1))
+            assert await q.fail(job, "boom", retry_in=timedelta(0))
+            with pytest.raises(portq.ConfigurationError, match="did you mean max_attempts"):
+                await q.enqueue(qname, 1, retries=2)
+        finally:
+            await q.close()
+    asyncio.run(go())
