@@ -268,3 +268,19 @@ def test_a_port_in_use_is_one_line_and_exit_2(engine_url: str, server: str) -> N
     assert proc.returncode == 2, proc.stderr
     assert "port is in use" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_behind_a_proxy_that_rewrites_host_the_allowed_origin_may_post(
+        server: str, queue: portq.Queue, qname: str) -> None:
+    """nginx's default forwards Host as the upstream (127.0.0.1:port) while the browser's
+    Origin is the public name: an --allowed-host name is accepted as the Origin, another
+    name still is not."""
+    job_id = failed_twice(queue, qname)
+    client, csrf = _session(server)
+    evil = client.post(f"/jobs/{job_id}/retry", data={"csrf": csrf}, headers={
+        "Origin": "https://evil.example.net", "Sec-Fetch-Site": "same-origin"})
+    assert evil.status_code == 403
+    ok = client.post(f"/jobs/{job_id}/retry", data={"csrf": csrf}, headers={
+        "Origin": "https://dash.example.net", "Sec-Fetch-Site": "same-origin"})
+    assert ok.status_code == 303
+    assert queue.job(job_id).state == "ready"  # type: ignore[union-attr]

@@ -34,8 +34,9 @@ def app(queue: Queue, *, read_only: bool = False, token: str | None = None,
     Host names: without a token the dashboard answers only requests whose ``Host`` is a
     loopback name (localhost, 127.0.0.1, [::1]) or one of ``allowed_hosts`` (a name
     starting with ``.`` allows its subdomains); this stops DNS-rebinding pages. With a
-    token, ``allowed_hosts`` (when given) is the whole list. Request bodies over
-    ``max_body`` bytes are refused (413) before anything reads them.
+    token, ``allowed_hosts`` (when given) is the whole list. A POST must come from this
+    very Host or from one of ``allowed_hosts`` (its ``Origin``), and be ``same-origin``.
+    Request bodies over ``max_body`` bytes are refused (413) before anything reads them.
     """
     try:
         from portq.web.gate import host_names
@@ -49,4 +50,5 @@ def app(queue: Queue, *, read_only: bool = False, token: str | None = None,
     if max_body < 1024:
         raise ConfigurationError("max_body must be at least 1024 bytes")
     return build(queue, read_only=read_only, token=token, poll_seconds=poll_seconds,
-                 allowed_hosts=hosts, max_body=max_body, session_seconds=session_seconds)
+                 allowed_hosts=hosts, max_body=max_body, session_seconds=session_seconds,
+                 trusted_origins=host_names(names, loopback=False))

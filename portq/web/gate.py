@@ -93,15 +93,20 @@ def host_allowed(host_header: str, allowed: frozenset[str] | None) -> bool:
     return any(a.startswith(".") and (name.endswith(a) or name == a[1:]) for a in allowed)
 
 
-def origin_refusal(method: str, headers: dict[str, str]) -> str | None:
-    """Why a browser request must be refused for coming from another site, or None."""
+def origin_refusal(method: str, headers: dict[str, str],
+                   trusted: frozenset[str] = frozenset()) -> str | None:
+    """Why a browser request must be refused for coming from another site, or None. A
+    POST's Origin must be this very Host, or a name the operator allowed explicitly
+    (``trusted``: behind a proxy that rewrites Host, the browser's origin is the proxy's)."""
     site = headers.get("sec-fetch-site")
     if method in _UNSAFE:
         origin = headers.get("origin")
         if origin is not None:
             own = headers.get("host", "").lower()
             scheme_sep = origin.find("://")
-            if scheme_sep < 0 or origin[scheme_sep + 3:].lower().rstrip("/") != own:
+            netloc = origin[scheme_sep + 3:].lower().rstrip("/") if scheme_sep >= 0 else ""
+            if not netloc or (netloc != own and not (trusted and host_allowed(netloc,
+                                                                               trusted))):
                 return "this request comes from another origin"
         if site is not None and site != "same-origin":
             return f"this request comes from another site (Sec-Fetch-Site: {site})"
@@ -115,9 +120,11 @@ class Gate:
     """ASGI middleware applying the checks of this module around the dashboard app."""
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: frozenset[str] | None,
-                 max_body: int, error_page: ErrorPage) -> None:
+                 max_body: int, error_page: ErrorPage,
+                 trusted_origins: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.allowed_hosts = allowed_hosts
+        self.trusted_origins = trusted_origins
         self.max_body = max_body
         self.error_page = error_page
 
@@ -165,7 +172,7 @@ class Gate:
         if not host_allowed(headers.get("host", ""), self.allowed_hosts):
             raise BadRequest(421, "This dashboard does not answer to that host name. "
                                   "Behind a proxy, add it with --allowed-host.")
-        reason = origin_refusal(scope.get("method", "GET"), headers)
+        reason = origin_refusal(scope.get("method", "GET"), headers, self.trusted_origins)
         if reason:
             raise BadRequest(403, f"Refused: {reason}.")
         length = headers.get("content-length")

@@ -84,6 +84,7 @@ def database_label(queue: Queue) -> str:
 
 def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: float,
           allowed_hosts: frozenset[str] | None, max_body: int,
+          trusted_origins: frozenset[str],
           session_seconds: float) -> Starlette:
     guard = Guard(token, session_seconds)
     settings = Settings(read_only=read_only, poll_seconds=max(1.0, float(poll_seconds)),
@@ -334,6 +335,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
     ]
     return Starlette(routes=routes, middleware=[
         Middleware(Gate, allowed_hosts=allowed_hosts, max_body=max_body,
+                   trusted_origins=trusted_origins,
                    error_page=error_page),
         Middleware(Sessions)])
 
