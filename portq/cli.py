@@ -848,7 +848,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
                         "as they can an argument); required for a non-loopback --host")
     duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
-    duration(p, "--query-timeout", 5.0, "the longest any one dashboard query may run "
+    duration(p, "--query-timeout", 15.0, "the longest any one dashboard query may run "
              "before the database stops it (0s: no limit)")
     p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                    help="also answer requests for this Host name (repeatable; a leading "

@@ -46,7 +46,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(url: str, *, prefix: str = "portq_", host: str = "127.0.0.1", port: int = 8765,
           read_only: bool = False, token: str | None = None, refresh: float = 5.0,
-          allowed_hosts: Sequence[str] = (), query_timeout: float | None = 5.0) -> int:
+          allowed_hosts: Sequence[str] = (), query_timeout: float | None = 15.0) -> int:
     """Serve the dashboard until interrupted; returns the exit status."""
     token = token or os.environ.get(TOKEN_VARIABLE) or None
     check_bind(host, token)
