@@ -103,9 +103,14 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> portq.Queue:
     """The command's queue. Only ``create`` (``portq migrate``) may create a SQLite file:
     every other command on a mistyped path says so instead of leaving an empty file."""
     url = _url(args)
+    queue = portq.connect(url, prefix=args.prefix)   # checks the URL's options first
     if not create:
-        refuse_missing_sqlite_file(url)
-    return portq.connect(url, prefix=args.prefix)
+        try:
+            refuse_missing_sqlite_file(url)
+        except ConfigurationError:
+            queue.close()
+            raise
+    return queue
 
 
 def refuse_missing_sqlite_file(url: str) -> None:
@@ -521,7 +526,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return 0
     _print_table(JOB_COLUMNS, [[
         str(r.id), r.shown_state, r.queue, str(r.priority), _cell(r.run_at),
-        f"{r.attempts}/{r.max_attempts}", r.key or "-", error_line(r.last_error)[:80] or "-"]
+        f"{r.attempts_spent}/{r.attempts_allowed}", r.key or "-",
+        error_line(r.last_error)[:80] or "-"]
         for r in records])
     if len(records) == args.limit:
         print(f"(the first {args.limit} {which}{where} by id; next page: --after-id "
@@ -558,7 +564,9 @@ def cmd_job(args: argparse.Namespace) -> int:
 def _describe(r: JobRecord, result: Any) -> Iterator[str]:
     fields: list[tuple[str, Any]] = [
         ("id", r.id), ("queue", r.queue), ("state", r.shown_state), ("priority", r.priority),
-        ("attempts", f"{r.attempts}/{r.max_attempts}"), ("key", r.key),
+        ("attempts", f"{r.attempts_spent}/{r.attempts_allowed}" + (
+            f" ({r.released} given back)" if r.released else "")),
+        ("generation", r.attempts), ("key", r.key),
         ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
         ("worker_id", r.worker_id), ("lease_until", r.lease_until),
         ("payload", json.dumps(r.payload, ensure_ascii=False)),

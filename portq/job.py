@@ -148,8 +148,21 @@ class JobRecord:
     last_error: str | None
     created_at: datetime | None
     finished_at: datetime | None
+    #: attempts given back by :meth:`portq.Queue.release` (a graceful shutdown), each of
+    #: which raised max_attempts by one; ``attempts`` stays the claim generation
+    released: int = 0
     #: ready, with run_at after the database clock when it was read (not yet due)
     scheduled: bool = False
+
+    @property
+    def attempts_spent(self) -> int:
+        """Attempts that counted: claims minus those given back by a release."""
+        return self.attempts - self.released
+
+    @property
+    def attempts_allowed(self) -> int:
+        """The job's real attempt budget (max_attempts as enqueued, plus any replay's)."""
+        return self.max_attempts - self.released
 
     @property
     def shown_state(self) -> str:

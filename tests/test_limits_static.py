@@ -16,8 +16,8 @@ NEW = ("queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log", "ensure_
 
 
 @pytest.mark.parametrize("engine", FIVE)
-def test_migration_7_is_the_latest_on_every_engine(engine: str) -> None:
-    assert load_migrations(engine)[-1][0] == 7
+def test_migration_7_is_on_every_engine(engine: str) -> None:
+    assert 7 in [version for version, _ in load_migrations(engine)]
 
 
 @pytest.mark.parametrize("engine", FIVE)

@@ -172,7 +172,8 @@ WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
+SET state = 'ready', max_attempts = max_attempts + 1,
+    released = released + 1, worker_id = NULL, lease_until = NULL,
     run_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
@@ -251,7 +252,7 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -263,7 +264,7 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -275,7 +276,7 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -288,7 +289,7 @@ LIMIT :limit;
 SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
-       created_at, finished_at
+       created_at, finished_at, released
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -175,3 +175,11 @@ ALTER TABLE portq_job
     ADD CONSTRAINT portq_job_ckey_ck CHECK (
         concurrency_key IS NULL AND concurrency_limit IS NULL
         OR LENGTH(concurrency_key) >= 1 AND concurrency_limit > 0);
+
+-- migration: 8
+-- Attempts given back by release (a graceful shutdown returns a started job to ready and
+-- raises max_attempts by one, so the attempt is not spent): operators see the real budget,
+-- attempts - released of max_attempts - released (portq job, the dashboard).
+ALTER TABLE portq_job
+    ADD COLUMN released INT NOT NULL DEFAULT 0,
+    ADD CONSTRAINT portq_job_released_ck CHECK (released >= 0);

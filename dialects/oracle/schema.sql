@@ -148,3 +148,11 @@ ALTER TABLE portq_job ADD (
 CREATE INDEX portq_job_ckey_idx ON portq_job (
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END,
     CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN concurrency_key END);
+
+-- migration: 8
+-- Attempts given back by release (a graceful shutdown returns a started job to ready and
+-- raises max_attempts by one, so the attempt is not spent): operators see the real budget,
+-- attempts - released of max_attempts - released (portq job, the dashboard).
+ALTER TABLE portq_job ADD (
+    released NUMBER(10) DEFAULT 0 NOT NULL CONSTRAINT portq_job_released_ck CHECK (released >= 0)
+);

@@ -151,7 +151,8 @@ WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
+SET state = 'ready', max_attempts = max_attempts + 1,
+    released = released + 1, worker_id = NULL, lease_until = NULL,
     run_at = now()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > now();
@@ -246,7 +247,7 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -256,7 +257,7 @@ LIMIT :limit;
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -266,7 +267,7 @@ LIMIT :limit;
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload::text) LIKE :pattern ESCAPE '!')
@@ -277,7 +278,7 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload::text, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -121,3 +121,10 @@ ALTER TABLE portq_job
 -- rows only: a few entries per key)
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- Attempts given back by release (a graceful shutdown returns a started job to ready and
+-- raises max_attempts by one, so the attempt is not spent): operators see the real budget,
+-- attempts - released of max_attempts - released (portq job, the dashboard).
+ALTER TABLE portq_job ADD COLUMN released integer NOT NULL DEFAULT 0
+    CONSTRAINT portq_job_released_ck CHECK (released >= 0);

@@ -125,7 +125,8 @@ WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
-SET state = 'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
+SET state = 'ready', max_attempts = max_attempts + 1,
+    released = released + 1, worker_id = NULL, lease_until = NULL,
     run_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running'
@@ -203,7 +204,7 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- job_id_by_key lookup instead: at most one job, by the unique index.)
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -213,7 +214,7 @@ LIMIT :limit;
 
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -223,7 +224,7 @@ LIMIT :limit;
 
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -234,7 +235,7 @@ LIMIT :limit;
 
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
-       worker_id, lease_until, last_error, created_at, finished_at
+       worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -118,3 +118,9 @@ ALTER TABLE portq_job ADD COLUMN concurrency_limit INTEGER
 -- counts a key's running jobs for the claim's row filter and its recount
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = 'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- Attempts given back by release (a graceful shutdown returns a started job to ready and
+-- raises max_attempts by one, so the attempt is not spent): operators see the real budget,
+-- attempts - released of max_attempts - released (portq job, the dashboard).
+ALTER TABLE portq_job ADD COLUMN released INTEGER NOT NULL DEFAULT 0 CHECK (released >= 0);

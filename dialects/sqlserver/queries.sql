@@ -204,7 +204,8 @@ WHERE job_id = :job_id ORDER BY attempt;
 
 -- name: release
 UPDATE portq_job
-SET state = N'ready', max_attempts = max_attempts + 1, worker_id = NULL, lease_until = NULL,
+SET state = N'ready', max_attempts = max_attempts + 1,
+    released = released + 1, worker_id = NULL, lease_until = NULL,
     run_at = SYSUTCDATETIME()
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(:worker_id)
@@ -294,7 +295,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job WITH (READPAST, READCOMMITTEDLO
 -- name: jobs
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at, released
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -303,7 +304,7 @@ ORDER BY job_id;
 
 -- name: jobs_newest
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
-       run_at, worker_id, lease_until, last_error, created_at, finished_at
+       run_at, worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -312,7 +313,7 @@ ORDER BY job_id DESC;
 
 -- name: jobs_by_run_at
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts, job_key,
-       run_at, worker_id, lease_until, last_error, created_at, finished_at
+       run_at, worker_id, lease_until, last_error, created_at, finished_at, released
 FROM portq_job
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -323,7 +324,7 @@ ORDER BY run_at, job_id;
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
-       finished_at
+       finished_at, released
 FROM portq_job
 WHERE job_id = :job_id;
 

@@ -175,3 +175,11 @@ ALTER TABLE portq_job ADD
 -- statements repeat the filter's literals)
 CREATE INDEX portq_job_ckey_idx ON portq_job (queue, concurrency_key)
     WHERE state = N'running' AND concurrency_key IS NOT NULL;
+
+-- migration: 8
+-- Attempts given back by release (a graceful shutdown returns a started job to ready and
+-- raises max_attempts by one, so the attempt is not spent): operators see the real budget,
+-- attempts - released of max_attempts - released (portq job, the dashboard).
+ALTER TABLE portq_job ADD
+    released INT NOT NULL CONSTRAINT portq_job_released_df DEFAULT 0
+        CONSTRAINT portq_job_released_ck CHECK (released >= 0);

@@ -917,7 +917,8 @@ class SqlBackend(Backend):
             priority=int(r[4]), attempts=int(r[5]), max_attempts=int(r[6]), key=r[7],
             run_at=self.from_db_time(r[8]), worker_id=r[9],
             lease_until=self.from_db_time(r[10]), last_error=self.load_text(r[11]),
-            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]))
+            created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
+            released=int(r[14] or 0) if len(r) > 14 else 0)
 
     def error_history(self, job_id: int) -> list[JobError]:
         rows = self.run("job_errors", lambda cur: self.execute(

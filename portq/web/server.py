@@ -62,8 +62,12 @@ def serve(url: str, *, prefix: str = "portq_", host: str = "127.0.0.1", port: in
 
     timeout_ms = None if not query_timeout else max(1, round(query_timeout * 1000))
     from portq.cli import refuse_missing_sqlite_file
-    refuse_missing_sqlite_file(url)
     queue = portq.connect(url, prefix=prefix, statement_timeout_ms=timeout_ms)
+    try:
+        refuse_missing_sqlite_file(url)
+    except ConfigurationError:
+        queue.close()
+        raise
     try:
         queue.backend.check_schema()
         dashboard = app(queue, read_only=read_only, token=token, poll_seconds=refresh,
