@@ -301,13 +301,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_workers(args: argparse.Namespace) -> int:
     with _open(args) as q:
         workers = q.workers()
+        activity = q.worker_activity()
+    # the running jobs the job table says each worker holds (the heartbeat's own count is
+    # up to a registry interval old)
+    running = {w.worker_id: activity[w.worker_id].running if w.worker_id in activity
+               else w.jobs_in_hand for w in workers}
     if args.json:
-        print(json.dumps([w.as_dict() for w in workers], indent=2))
+        print(json.dumps([{**w.as_dict(), "running": running[w.worker_id]} for w in workers],
+                         indent=2))
         return 0
-    cols = ["worker_id", "host", "pid", "queues", "concurrency", "jobs_in_hand",
+    cols = ["worker_id", "host", "pid", "queues", "concurrency", "running",
             "last_heartbeat", "started_at"]
     _print_table(cols, [[w.worker_id, w.host, str(w.pid), ",".join(w.queues),
-                         str(w.concurrency), str(w.jobs_in_hand),
+                         str(w.concurrency), str(running[w.worker_id]),
                          _cell(w.heartbeat_age_s) + "s ago",
                          _cell(w.started_at and w.started_at.isoformat(timespec="seconds"))]
                         for w in workers])

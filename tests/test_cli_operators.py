@@ -173,3 +173,24 @@ def test_async_queue_takes_timedelta_like_the_sync_one(engine_url: str, qname: s
         finally:
             await q.close()
     asyncio.run(go())
+
+
+def test_workers_counts_the_running_jobs_in_the_job_table(engine_url: str, queue: Any,
+                                                          qname: str) -> None:
+    """The registry row says 0 jobs in hand (its last heartbeat); the job table says 2."""
+    from portq.job import WorkerInfo
+    wid = f"cli-{qname}"
+    queue.backend.beat_worker(WorkerInfo(wid, "host-c", 4321, (qname,), 4, 0), 60_000)
+    try:
+        queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+        assert len(queue.claim(qname, wid, limit=2)) == 2
+        table = run_portq("workers", engine_url, *P).stdout.splitlines()
+        header = table[0].split()
+        row = next(line.split() for line in table[1:] if line.startswith(wid))
+        assert row[header.index("running")] == "2"
+        data = json.loads(run_portq("workers", engine_url, *P, "--json").stdout)
+        mine = next(w for w in data if w["worker_id"] == wid)
+        assert mine["running"] == 2 and mine["jobs_in_hand"] == 0
+        assert queue.worker_activity()[wid].running == 2
+    finally:
+        queue.backend.deregister_worker(wid)
