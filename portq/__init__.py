@@ -18,6 +18,7 @@ from portq.errors import (
     ResultError,
     SchemaError,
     SchemaMissingError,
+    StatementTimeout,
 )
 from portq.hooks import Enqueueing
 from portq.job import Claim, Job, JobRecord, QueueStats, State
@@ -55,6 +56,7 @@ __all__ = [
     "SchemaMissingError",
     "Snooze",
     "State",
+    "StatementTimeout",
     "Task",
     "Worker",
     "connect",

@@ -45,7 +45,7 @@ from portq.protocol import NewJob
 from portq.queue import (
     Queue,
     _claim_of,
-    duration_ms,
+    given_ms,
     positive_int,
     validate_queue,
     validate_worker_id,
@@ -255,7 +255,7 @@ class AsyncQueue:
         validate_queue(queue)
         validate_worker_id(worker_id)
         params = {"queue": queue, "worker_id": worker_id,
-                  "limit": positive_int(limit, "limit"), "lease_ms": duration_ms(lease, "lease")}
+                  "limit": positive_int(limit, "limit"), "lease_ms": given_ms(lease, "lease")}
 
         sent = 0.0
 
@@ -282,7 +282,7 @@ class AsyncQueue:
         if not self.native:
             return await asyncio.to_thread(self.queue.renew_many, jobs, lease)
         return await self._fenced_many("renew_many", jobs,
-                                       {"lease_ms": duration_ms(lease, "lease")})
+                                       {"lease_ms": given_ms(lease, "lease")})
 
     async def complete(self, job: Job | Claim) -> bool:
         """Mark succeeded; False means ownership was lost and nothing was written."""
@@ -323,7 +323,7 @@ class AsyncQueue:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
         if not self.native:
             return await asyncio.to_thread(self.queue.fail, job, error, retry_in=retry_in)
-        ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
+        ms = None if retry_in is None else given_ms(retry_in, "retry_in", allow_zero=True)
         params = self.backend.fail_params(_claim_of(job), str(error), ms)
 
         async def go(cur: Any) -> bool:

@@ -27,6 +27,7 @@ The ``portqb_`` tables are dropped afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -51,6 +52,7 @@ from portq.job import Job
 from portq.pool import close_quietly
 from portq.queue import Queue
 from portq.sql import split_statements
+from portq.url import parse_url
 from portq.worker import Worker
 
 T = TypeVar("T")
@@ -1028,25 +1030,47 @@ def run(url: str, scenarios: Sequence[str] = DEFAULT_SCENARIOS, *, jobs: int = D
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         raise ConfigurationError(f"unknown scenario(s) {unknown}; use {', '.join(SCENARIOS)}")
-    with portq.connect(url, prefix=BENCH_PREFIX, pool_size=16) as queue:
-        backend = queue.backend
-        drop_tables(backend)  # leftovers of an interrupted run
-        queue.migrate()
-        report: dict[str, Any] = {
-            "url": queue.url, "engine": backend.engine, "version": server_version(backend),
-            "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine()}
-        try:
-            if "enqueue" in scenarios:
-                report["enqueue"] = enqueue_rates(queue, jobs)
-            if "throughput" in scenarios:
-                report["throughput"] = throughput(queue, jobs, workers, batches, progress,
-                                                  modes, repeat, url)
-            if "claim-latency" in scenarios:
-                report["claim_latency"] = claim_latency(queue, sizes)
-            if "pickup" in scenarios:
-                report["pickup"] = [pickup(queue)]
-        finally:
-            drop_tables(backend)
+    parsed = parse_url(url)
+    sqlite_file = parsed.path if parsed.engine == "sqlite" and parsed.path != ":memory:" \
+        else None
+    created = sqlite_file is not None and not os.path.exists(sqlite_file)
+    try:
+        with portq.connect(url, prefix=BENCH_PREFIX, pool_size=16) as queue:
+            return _run(queue, scenarios, jobs, workers, batches, sizes, progress, modes,
+                        repeat, url, vacuum=sqlite_file is not None and not created)
+    finally:
+        if created and sqlite_file is not None:   # the run made the file: remove it all
+            for path in (sqlite_file, sqlite_file + "-wal", sqlite_file + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+
+
+def _run(queue: portq.Queue, scenarios: Sequence[str], jobs: int, workers: Sequence[int],
+         batches: Sequence[int], sizes: Sequence[tuple[int, int | None]],
+         progress: Progress | None, modes: Sequence[str], repeat: int, url: str, *,
+         vacuum: bool) -> dict[str, Any]:
+    backend = queue.backend
+    drop_tables(backend)  # leftovers of an interrupted run
+    queue.migrate()
+    report: dict[str, Any] = {
+        "url": queue.url, "engine": backend.engine, "version": server_version(backend),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "machine": machine()}
+    try:
+        if "enqueue" in scenarios:
+            report["enqueue"] = enqueue_rates(queue, jobs)
+        if "throughput" in scenarios:
+            report["throughput"] = throughput(queue, jobs, workers, batches, progress,
+                                              modes, repeat, url)
+        if "claim-latency" in scenarios:
+            report["claim_latency"] = claim_latency(queue, sizes)
+        if "pickup" in scenarios:
+            report["pickup"] = [pickup(queue)]
+    finally:
+        drop_tables(backend)
+        if vacuum:   # an existing SQLite file gives the benchmark's pages back
+            queue.close()
+            with contextlib.closing(backend.connect()) as conn:
+                conn.execute("VACUUM")
     return report
 
 

@@ -20,9 +20,10 @@ from typing import Any, NoReturn
 import portq
 from portq.aio import AsyncQueue, AsyncWorker
 from portq.errors import ConfigurationError, PayloadError, PortqError
-from portq.job import ALL_STATES, Job, JobRecord, State, error_line
+from portq.job import ALL_STATES, SCHEDULED, Job, JobRecord, State, error_line
 from portq.logs import FORMATS, LEVELS, configure_logging
 from portq.queue import MAX_PAYLOAD_DEPTH
+from portq.rates import parse_rate, period_text
 from portq.registry import live_workers, workers_per_queue
 from portq.retry import Backoff
 from portq.tasks import TaskRouter, import_module, load_app
@@ -114,8 +115,27 @@ def _url(args: argparse.Namespace) -> str:
     return str(url)
 
 
-def _open(args: argparse.Namespace) -> portq.Queue:
-    return portq.connect(_url(args), prefix=args.prefix)
+def _open(args: argparse.Namespace, *, create: bool = False) -> portq.Queue:
+    """The command's queue. Only ``create`` (``portq migrate``) may create a SQLite file:
+    every other command on a mistyped path says so instead of leaving an empty file."""
+    url = _url(args)
+    queue = portq.connect(url, prefix=args.prefix)   # checks the URL's options first
+    if not create:
+        try:
+            refuse_missing_sqlite_file(url)
+        except ConfigurationError:
+            queue.close()
+            raise
+    return queue
+
+
+def refuse_missing_sqlite_file(url: str) -> None:
+    """A clear error when ``url`` names a SQLite file that does not exist."""
+    parsed = portq.url.parse_url(url)
+    if parsed.engine == "sqlite" and parsed.path != ":memory:" and \
+            not os.path.exists(parsed.path):
+        raise ConfigurationError(f"no SQLite database at {parsed.path} (a typo? "
+                                 "`portq migrate URL` creates it)")
 
 
 def _job_ids(args: argparse.Namespace) -> list[int]:
@@ -141,7 +161,7 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 # ---- commands -----------------------------------------------------------------------------
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    with _open(args) as q:
+    with _open(args, create=True) as q:
         before = q.backend.schema_version()
         after = q.migrate()
         url = q.url
@@ -228,6 +248,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         _instrument(args, q)
         worker: Worker | AsyncWorker = AsyncWorker(AsyncQueue(q), queues, handler, **options) \
             if args.asyncio else Worker(q, queues, handler, **options)
+        _say_paused(q, queues, "claims none of {its} jobs until `portq resume URL QUEUE`")
         stops = _start_worker_extras(args, q, worker)
         try:
             if isinstance(worker, AsyncWorker):
@@ -237,7 +258,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
         finally:
             for stop in stops:
                 stop()
+        if args.burst:
+            _say_paused(q, queues, "exits (--burst) with {its} jobs unclaimed")
     return 0
+
+
+def _say_paused(q: portq.Queue, queues: str | Sequence[str], what: str) -> None:
+    """Tell the operator, on stderr, which of the worker's queues are paused."""
+    names = [queues] if isinstance(queues, str) else list(queues)
+    paused = sorted(set(names) & set(q.paused_queues()))
+    if paused:
+        print(f"portq worker: paused queue{'s' if len(paused) > 1 else ''} "
+              f"{', '.join(paused)}: this worker "
+              f"{what.format(its='their' if len(paused) > 1 else 'its')}",
+              file=sys.stderr, flush=True)
 
 
 def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
@@ -273,7 +307,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as q:
         live = live_workers(q)  # None before migration 3: the column shows "-"
         serving = None if live is None else workers_per_queue(live)
-        rows = [{**s.as_dict(), "workers": None if serving is None else serving.get(s.queue, 0)}
+        rows = [{**s.as_dict(), "running_limit": s.concurrency_limit,
+                 "workers": None if serving is None else serving.get(s.queue, 0)}
                 for s in q.stats(args.queue)]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -282,9 +317,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print("no jobs" + (f" on queue {args.queue}" if args.queue else ""))
         return 0
     for r in rows:
-        r["running_limit"] = r["concurrency_limit"]
         r["rate_limit"] = None if r["rate_limit"] is None else \
-            f"{r['rate_limit']}/{_period_text(r['rate_period_s'])}"
+            f"{r['rate_limit']}/{period_text(r['rate_period_s'])}"
     _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
     return 0
 
@@ -292,13 +326,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
 def cmd_workers(args: argparse.Namespace) -> int:
     with _open(args) as q:
         workers = q.workers()
+        activity = q.worker_activity()
+    # the running jobs the job table says each worker holds (the heartbeat's own count is
+    # up to a registry interval old)
+    running = {w.worker_id: activity[w.worker_id].running if w.worker_id in activity
+               else w.jobs_in_hand for w in workers}
     if args.json:
-        print(json.dumps([w.as_dict() for w in workers], indent=2))
+        print(json.dumps([{**w.as_dict(), "running": running[w.worker_id]} for w in workers],
+                         indent=2))
         return 0
-    cols = ["worker_id", "host", "pid", "queues", "concurrency", "jobs_in_hand",
+    cols = ["worker_id", "host", "pid", "queues", "concurrency", "running",
             "last_heartbeat", "started_at"]
     _print_table(cols, [[w.worker_id, w.host, str(w.pid), ",".join(w.queues),
-                         str(w.concurrency), str(w.jobs_in_hand),
+                         str(w.concurrency), str(running[w.worker_id]),
                          _cell(w.heartbeat_age_s) + "s ago",
                          _cell(w.started_at and w.started_at.isoformat(timespec="seconds"))]
                         for w in workers])
@@ -310,12 +350,24 @@ def cmd_workers(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from portq.web.server import serve
     return serve(_url(args), prefix=args.prefix, host=args.host, port=args.port,
-                 read_only=args.read_only, token=args.token, refresh=args.refresh)
+                 read_only=args.read_only, token=args.token, refresh=args.refresh,
+                 allowed_hosts=args.allowed_host, query_timeout=args.query_timeout)
+
+
+def _known_queue(q: portq.Queue, name: str, create: bool) -> None:
+    """Refuse a queue with no job and no setting (most likely a typo) unless ``create``."""
+    portq.queue.validate_queue(name)
+    if create or q.stats(name):   # a row: the queue has jobs, or is paused or limited
+        return
+    raise ConfigurationError(
+        f"queue {name!r} has no jobs and no settings (a typo?); pass --create to set it "
+        "up before its first job")
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
     """``portq pause URL QUEUE``: no worker claims the queue's jobs until ``resume``."""
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         q.pause(args.queue_name)
     print(f"paused {args.queue_name}: workers claim none of its jobs from their next poll; "
           f"running jobs finish")
@@ -329,6 +381,7 @@ def cmd_limit(args: argparse.Namespace) -> int:
         raise ConfigurationError("portq limit: give --running N and/or --rate N/PERIOD "
                                  "(none clears either)")
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         if args.running is not _UNSET:
             q.set_concurrency_limit(args.queue_name, args.running)
         if args.rate is not _UNSET:
@@ -342,44 +395,17 @@ def cmd_limit(args: argparse.Namespace) -> int:
         print(f"cleared the rate limit of {args.queue_name}")
     elif args.rate is not _UNSET:
         n, seconds = args.rate
-        print(f"limited {args.queue_name} to {n} jobs started per {_period_text(seconds)} "
+        print(f"limited {args.queue_name} to {n} jobs started per {period_text(seconds)} "
               f"(any sliding window) across every worker; workers see it within a second")
     return 0
 
 
-_PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
-
-
 def _rate_or_none(text: str) -> tuple[int, float] | None:
-    """``N/PERIOD`` (``50/2s``, ``100/1m``, ``1000/1h``; a bare unit means 1 of it:
-    ``100/m``) as (N, seconds), or ``none``."""
-    if text.strip().lower() == "none":
-        return None
-    match = _RATE.match(text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
-            "(units ms, s, m, h, d), or none")
-    n, amount, unit = int(match[1]), match[2] or "1", match[3]
+    """``--rate``: :func:`portq.rates.parse_rate` for argparse."""
     try:
-        seconds = float(amount) * _PERIOD_UNITS[unit]
-    except ValueError:
-        seconds = 0.0
-    if n < 1 or not 0.01 <= seconds <= 366 * 86400:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the rate needs N >= 1 and a period from 10ms to 366d")
-    return n, seconds
-
-
-def _period_text(seconds: float | None) -> str:
-    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    return f"{seconds * 1000:g}ms"
+        return parse_rate(text)
+    except ConfigurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _limit_or_none(text: str) -> int | None:
@@ -393,6 +419,7 @@ _UNSET = object()
 def cmd_resume(args: argparse.Namespace) -> int:
     """``portq resume URL QUEUE``: workers claim the queue's jobs again."""
     with _open(args) as q:
+        _known_queue(q, args.queue_name, args.create)
         q.resume(args.queue_name)
     print(f"resumed {args.queue_name}")
     return 0
@@ -530,8 +557,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         print(f"no {which}{where}" + (f" after id {args.after_id}" if args.after_id else ""))
         return 0
     _print_table(JOB_COLUMNS, [[
-        str(r.id), r.state, r.queue, str(r.priority), _cell(r.run_at),
-        f"{r.attempts}/{r.max_attempts}", (r.progress_text() or "-")[:40], r.key or "-",
+        str(r.id), r.shown_state, r.queue, str(r.priority), _cell(r.run_at),
+        f"{r.attempts_spent}/{r.attempts_allowed}", (r.progress_text() or "-")[:40],
+        r.key or "-",
         error_line(r.last_error)[:80] or "-"]
         for r in records])
     if len(records) == args.limit:
@@ -547,14 +575,15 @@ def cmd_job(args: argparse.Namespace) -> int:
     with _open(args) as q:
         record = q.job(ids[0])
         errors = q.error_history(ids[0]) if record is not None else []
+        result = q.result(ids[0]) if record is not None else None
     if record is None:
-        _emit(args, {"id": ids[0], "result": "no such job"}, f"no such job {ids[0]}")
+        print(f"portq: error: no such job {ids[0]}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({**record.as_dict(), "errors": [e.as_dict() for e in errors]},
-                         indent=2))
+        print(json.dumps({**record.as_dict(), "result": result,
+                          "errors": [e.as_dict() for e in errors]}, indent=2, default=str))
         return 0
-    for line in _describe(record):
+    for line in _describe(record, result):
         print(line)
     print(f"errors ({len(errors)} recorded attempt{'' if len(errors) == 1 else 's'}):"
           if errors else "errors: none recorded")
@@ -565,16 +594,20 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(r: JobRecord) -> Iterator[str]:
+def _describe(r: JobRecord, result: Any) -> Iterator[str]:
     fields: list[tuple[str, Any]] = [
-        ("id", r.id), ("queue", r.queue), ("state", r.state), ("priority", r.priority),
-        ("attempts", f"{r.attempts}/{r.max_attempts}"), ("key", r.key),
+        ("id", r.id), ("queue", r.queue), ("state", r.shown_state), ("priority", r.priority),
+        ("attempts", f"{r.attempts_spent}/{r.attempts_allowed}" + (
+            f" ({r.released} given back)" if r.released else "")),
+        ("generation", r.attempts), ("key", r.key),
         ("run_at", r.run_at), ("created_at", r.created_at), ("finished_at", r.finished_at),
         ("worker_id", r.worker_id), ("lease_until", r.lease_until),
         ("payload", json.dumps(r.payload, ensure_ascii=False)),
         ("progress", None if r.progress_at is None else
          f"{r.progress_text()} (at {_cell(r.progress_at)})"),
         ("meta", json.dumps(r.meta, ensure_ascii=False) if r.meta else None),
+        ("result", None if r.state != State.SUCCEEDED else
+         json.dumps(result, ensure_ascii=False)),
         ("last_error", error_line(r.last_error) or None)]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
@@ -760,6 +793,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=parse, default=default, metavar="DURATION",
                        required=required, help=help_ + shown)
 
+    def create(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--create", action="store_true",
+                       help="act on a queue that has no jobs yet (without it, a queue with "
+                            "no jobs and no settings is refused as a likely typo)")
+
     command("migrate", cmd_migrate, "create or upgrade portq's tables; says which")
     p = command("enqueue", cmd_enqueue, "add a job; says its id, and whether it is new")
     p.add_argument("--queue", required=True, help="queue name")
@@ -872,6 +910,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "$PORTQ_DASHBOARD_TOKEN, which other users cannot read in `ps` "
                         "as they can an argument); required for a non-loopback --host")
     duration(p, "--refresh", 5.0, "how often the overview polls for new counts")
+    duration(p, "--query-timeout", 15.0, "the longest any one dashboard query may run "
+             "before the database stops it (0s: no limit)")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests for this Host name (repeatable; a leading "
+                        "'.' allows subdomains), e.g. the name a reverse proxy forwards; "
+                        "by default only loopback names are answered")
 
     p = command("reap", cmd_reap, "return expired leases to ready (or dead)")
     p.add_argument("--limit", type=_positive, default=1000,
@@ -911,9 +955,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("jobs", cmd_jobs, "list jobs by id: state, queue, priority, run_at, "
                 "attempts, key, last error")
-    p.add_argument("--state", default=ALL_STATES, choices=[*(s.value for s in State),
-                                                           ALL_STATES],
-                   help=f"only jobs in this state (default {ALL_STATES})")
+    p.add_argument("--state", default=ALL_STATES, choices=[
+                       State.READY.value, SCHEDULED,
+                       *(s.value for s in State if s != State.READY), ALL_STATES],
+                   help=f"only jobs in this state (default {ALL_STATES}); scheduled: ready "
+                        "jobs not yet due (delayed, or waiting for a retry), by run_at")
     p.add_argument("--queue", default=None, help="one queue (default: every queue)")
     p.add_argument("--limit", type=_positive, default=50, help="most jobs shown (default 50)")
     p.add_argument("--after-id", type=_non_negative, default=0, metavar="ID",
@@ -922,12 +968,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("pause", cmd_pause, "stop every worker claiming a queue's jobs (persisted; "
                                     "running jobs finish)")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to pause")
+    create(p)
     p = command("resume", cmd_resume, "let workers claim a paused queue's jobs again")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to resume")
+    create(p)
     p = command("limit", cmd_limit, "set or clear a queue's limits on running jobs and on "
                                     "jobs started per period, across every worker "
                                     "(enforced in the claim transaction)")
     p.add_argument("queue_name", metavar="QUEUE", help="the queue to limit")
+    create(p)
     p.add_argument("--running", type=_limit_or_none, default=_UNSET, metavar="N",
                    help="at most N running jobs of QUEUE at once; 'none' clears the limit")
     p.add_argument("--rate", type=_rate_or_none, default=_UNSET, metavar="N/PERIOD",
@@ -1023,13 +1072,38 @@ class PortqParser(argparse.ArgumentParser):
         return out
 
 
+def _subparser(parser: argparse.ArgumentParser,
+               args: argparse.Namespace) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices.get(getattr(args, "command", ""), parser)  # type: ignore[no-any-return]
+    return parser
+
+
+def _late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      extras: list[str]) -> list[str]:
+    """argparse gives positionals only the words before the first option: in
+    ``portq pause URL --prefix P QUEUE``, QUEUE is left over. Parse the command's
+    positional words again, all together (options already parsed stay as they are);
+    return what is still left over."""
+    sub = _subparser(parser, args)
+    if sub is parser or any(e.startswith("-") for e in extras) or any(
+            a.required and a.option_strings for a in sub._actions):
+        return extras
+    words: list[str] = []
+    for action in sub._actions:
+        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+            continue
+        value = getattr(args, action.dest, None)
+        words += value if isinstance(value, list) else [] if value is None else [value]
+    _, left = sub.parse_known_args(words + extras, namespace=args)
+    return left
+
+
 def _refuse_extras(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    extras: Sequence[str]) -> NoReturn:
     """Refuse unknown arguments with the command's own parser (which adds the hints)."""
-    sub = parser
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            sub = action.choices.get(getattr(args, "command", ""), parser)
+    sub = _subparser(parser, args)
     sub.error(f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}")
 
 
@@ -1042,6 +1116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     _ARGV[:] = argv
     args, extras = parser.parse_known_args(_join_negative_values(argv))
+    if extras:
+        extras = _late_positionals(parser, args, extras)
     if extras:
         _refuse_extras(parser, args, extras)
     if passthrough:

@@ -59,6 +59,11 @@ class DatabaseMissing(CannotConnect, ConfigurationError):
     """The database named in the URL does not exist on the server."""
 
 
+class StatementTimeout(DatabaseError):
+    """The database stopped a statement that ran longer than the connection's
+    ``statement_timeout_ms`` (an option of :func:`portq.connect`; the dashboard sets it)."""
+
+
 class DatabaseBusy(DatabaseError):
     """A lock stayed held by another transaction longer than portq was configured to
     wait (e.g. SQLite's ``busy_timeout_ms``), retries included."""

@@ -27,6 +27,9 @@ class State(enum.StrEnum):
 
 
 TERMINAL_STATES = (State.SUCCEEDED, State.DEAD, State.CANCELLED)
+#: not a state of the table: the ``ready`` jobs whose run_at is still in the future (delayed,
+#: or waiting for a retry); a filter of :meth:`portq.Queue.jobs` and the operator views
+SCHEDULED = "scheduled"
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,26 @@ class JobRecord:
     progress_at: datetime | None = None
     #: what was stored with the job at enqueue (``portq job`` reads it; listings do not)
     meta: dict[str, str] | None = None
+    #: attempts given back by :meth:`portq.Queue.release` (a graceful shutdown), each of
+    #: which raised max_attempts by one; ``attempts`` stays the claim generation
+    released: int = 0
+    #: ready, with run_at after the database clock when it was read (not yet due)
+    scheduled: bool = False
+
+    @property
+    def attempts_spent(self) -> int:
+        """Attempts that counted: claims minus those given back by a release."""
+        return self.attempts - self.released
+
+    @property
+    def attempts_allowed(self) -> int:
+        """The job's real attempt budget (max_attempts as enqueued, plus any replay's)."""
+        return self.max_attempts - self.released
+
+    @property
+    def shown_state(self) -> str:
+        """``scheduled`` for a ready job not yet due, else the state."""
+        return SCHEDULED if self.scheduled else self.state
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: times as ISO 8601 strings."""
@@ -320,6 +343,15 @@ def error_line(text: str | None) -> str:
         if after:
             return after[0].strip()
     return lines[0].strip()
+
+
+@dataclass(frozen=True)
+class WorkerActivity:
+    """What the job table and the registry row say of one live worker: the running jobs
+    it holds now, and the seconds until its row expires without another heartbeat."""
+
+    running: int
+    expires_in_s: float
 
 
 @dataclass(frozen=True)

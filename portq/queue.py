@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import hashlib
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from portq import sqla
@@ -19,6 +21,7 @@ from portq.hooks import EnqueueHooks, Hook
 from portq.job import (
     ACTIVE_STATES,
     ALL_STATES,
+    SCHEDULED,
     Claim,
     EnqueueResult,
     Job,
@@ -26,6 +29,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     State,
+    WorkerActivity,
     WorkerInfo,
     progress_value,
 )
@@ -116,6 +120,12 @@ def validate_priority(priority: Any) -> int:
 UNIQUE_OPTIONS = ("unique_per_queue", "unique_for", "unique_states")
 #: the per-key concurrency limit's options of :meth:`Queue.enqueue`
 CONCURRENCY_OPTIONS = ("concurrency_key", "concurrency_limit")
+#: what other job libraries call some of :meth:`Queue.enqueue`'s options
+SYNONYMS = {"retries": "max_attempts", "max_retries": "max_attempts", "eta": "run_at",
+            "countdown": "delay", "unique_key": "key", "idempotency_key": "key"}
+#: every keyword argument of :meth:`Queue.enqueue` (for the hint of a mistyped one)
+ENQUEUE_OPTIONS = ("priority", "run_at", "delay", "max_attempts", "key", "conn",
+                   *("unique_per_queue", "unique_for", "unique_states"), *CONCURRENCY_OPTIONS)
 #: the most jobs a rate limit may allow per period
 MAX_RATE_LIMIT = 1_000_000
 
@@ -142,7 +152,7 @@ def concurrency_options(key: Any, limit: Any) -> tuple[str | None, int | None]:
 
 
 def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
-                 unique_for: float | None = None,
+                 unique_for: float | timedelta | None = None,
                  unique_states: Sequence[str] | None = None) -> UniqueScope | None:
     """The scope of a scoped ``key`` (None when no scope is asked for). The key is unique
     among the jobs of ``queue`` with ``unique_per_queue`` (else of every queue), and an
@@ -157,7 +167,7 @@ def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
     if not isinstance(unique_per_queue, bool):
         raise ConfigurationError(f"unique_per_queue must be True or False, "
                                  f"got {unique_per_queue!r}")
-    period_ms = None if unique_for is None else duration_ms(unique_for, "unique_for")
+    period_ms = None if unique_for is None else given_ms(unique_for, "unique_for")
     states: tuple[str, ...] | None = None
     if unique_states is not None:
         names = [unique_states] if isinstance(unique_states, str) else list(unique_states)
@@ -174,6 +184,17 @@ def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
 MAX_SNOOZES = 100
 #: the longest per-job timeout (enqueue(timeout=)): 24 days, within a 32-bit column of ms
 MAX_TIMEOUT_MS = 24 * 86_400_000
+
+
+def seconds(value: Any) -> Any:
+    """A :class:`datetime.timedelta` as float seconds; anything else unchanged (for
+    :func:`duration_ms` to validate)."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def given_ms(value: Any, what: str, *, allow_zero: bool = False) -> int:
+    """:func:`duration_ms` of seconds or a ``timedelta`` (what the public API accepts)."""
+    return duration_ms(seconds(value), what, allow_zero=allow_zero)
 
 
 def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
@@ -250,7 +271,7 @@ class Queue:
     # ---- enqueue ------------------------------------------------------------------------
 
     def enqueue(self, queue: str, payload: Any = None, *, priority: int = 0,
-                run_at: datetime | None = None, delay: float | None = None,
+                run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, key: str | None = None,
                 conn: Any = None, **unique: Any) -> int:
         """Add one job and return its id (the existing job's id if ``key`` is taken).
@@ -272,7 +293,7 @@ class Queue:
                                    conn=conn, **unique).id
 
     def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
-                       run_at: datetime | None = None, delay: float | None = None,
+                       run_at: datetime | None = None, delay: float | timedelta | None = None,
                        max_attempts: int | None = None, key: str | None = None,
                        conn: Any = None, **unique: Any) -> EnqueueResult:
         """:meth:`enqueue`, saying also whether a job was created (False: ``key`` already
@@ -318,7 +339,7 @@ class Queue:
         return built
 
     def new_job(self, queue: str, payload: Any = None, *, priority: int = 0,
-                run_at: datetime | None = None, delay: float | None = None,
+                run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, key: str | None = None,
                 concurrency_key: str | None = None, concurrency_limit: int | None = None,
                 timeout: Any = None, **unique: Any) -> NewJob:
@@ -340,11 +361,14 @@ class Queue:
                 raise ConfigurationError(
                     f"run_at {run_at.isoformat()} is out of range: in UTC it falls outside "
                     "years 1-9999") from None
-        delay_ms = 0 if delay is None else duration_ms(delay, "delay", allow_zero=True)
+        delay_ms = 0 if delay is None else given_ms(delay, "delay", allow_zero=True)
         attempts = self.default_max_attempts if max_attempts is None else \
             positive_int(max_attempts, "max_attempts")
         if key is not None:
             validate_key(key)
+        unknown = sorted(set(unique) - set(UNIQUE_OPTIONS))
+        if unknown:
+            raise ConfigurationError(_unexpected("enqueue", unknown[0], ENQUEUE_OPTIONS))
         scope = unique_scope(queue, key, **unique)
         ckey, climit = concurrency_options(concurrency_key, concurrency_limit)
         timeout_ms = None if timeout is None else \
@@ -383,20 +407,21 @@ class Queue:
     # ---- claiming -----------------------------------------------------------------------
 
     def claim(self, queue: str, worker_id: str, *, limit: int = 1,
-              lease: float = 30.0) -> list[Job]:
+              lease: float | timedelta = 30.0) -> list[Job]:
         """Claim up to ``limit`` due jobs of one queue for ``lease`` seconds."""
         validate_queue(queue)
         validate_worker_id(worker_id)
         return self.backend.claim(queue, worker_id, positive_int(limit, "limit"),
-                                  duration_ms(lease, "lease"))
+                                  given_ms(lease, "lease"))
 
-    def renew(self, job: Job | Claim, lease: float = 30.0) -> bool:
+    def renew(self, job: Job | Claim, lease: float | timedelta = 30.0) -> bool:
         """Extend the lease; False means the claim no longer owns the job."""
-        return self.backend.renew(_claim_of(job), duration_ms(lease, "lease"))
+        return self.backend.renew(_claim_of(job), given_ms(lease, "lease"))
 
-    def renew_many(self, jobs: Sequence[Job | Claim], lease: float = 30.0) -> list[bool]:
+    def renew_many(self, jobs: Sequence[Job | Claim],
+                   lease: float | timedelta = 30.0) -> list[bool]:
         """Extend several leases in one transaction; one result per job, as :meth:`renew`."""
-        lease_ms = duration_ms(lease, "lease")
+        lease_ms = given_ms(lease, "lease")
         return self.backend.renew_many([_claim_of(j) for j in jobs], lease_ms) if jobs else []
 
     def complete(self, job: Job | Claim) -> bool:
@@ -407,9 +432,10 @@ class Queue:
         """Complete several jobs in one transaction; one result per job, as :meth:`complete`."""
         return self.backend.complete_many([_claim_of(j) for j in jobs]) if jobs else []
 
-    def fail(self, job: Job | Claim, error: str, *, retry_in: float | None = None) -> bool:
+    def fail(self, job: Job | Claim, error: str, *,
+             retry_in: float | timedelta | None = None) -> bool:
         """Record a failure; retry after ``retry_in`` seconds, or dead if None or spent."""
-        ms = None if retry_in is None else duration_ms(retry_in, "retry_in", allow_zero=True)
+        ms = None if retry_in is None else given_ms(retry_in, "retry_in", allow_zero=True)
         return self.backend.fail(_claim_of(job), str(error), ms)
 
     def set_progress(self, job: Job | Claim, fraction: float | None, message: str = "") -> bool:
@@ -433,12 +459,12 @@ class Queue:
 
     # ---- maintenance and operators ------------------------------------------------------
 
-    def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
+    def reap(self, *, limit: int = 1000, delay: float | timedelta = 1.0) -> int:
         """Return expired leases to ready after ``delay`` seconds (or dead); count them."""
         return self.backend.reap(positive_int(limit, "limit"),
-                                 duration_ms(delay, "delay", allow_zero=True))
+                                 given_ms(delay, "delay", allow_zero=True))
 
-    def prune(self, older_than: float, *, limit: int = 1000,
+    def prune(self, older_than: float | timedelta, *, limit: int = 1000,
               states: Sequence[str] = (State.SUCCEEDED, State.CANCELLED),
               queue: str | None = None) -> int:
         """Delete up to ``limit`` jobs finished ``older_than`` seconds ago; dead ones are
@@ -449,7 +475,7 @@ class Queue:
                                      f"got {list(states)!r}")
         if queue is not None:
             validate_queue(queue)
-        return self.backend.prune(duration_ms(older_than, "older_than", allow_zero=True),
+        return self.backend.prune(given_ms(older_than, "older_than", allow_zero=True),
                                   positive_int(limit, "limit"), [str(s) for s in states], queue)
 
     def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
@@ -522,7 +548,7 @@ class Queue:
             None if max_running is None else positive_int(max_running, "max_running"))
 
     def set_rate_limit(self, queue: str, limit: int | None,
-                       per_seconds: float | None = None) -> None:
+                       per_seconds: float | timedelta | None = None) -> None:
         """At most ``limit`` jobs of ``queue`` start per ``per_seconds`` across every worker
         on every host, in every sliding window of that length (``set_rate_limit(queue,
         None)`` removes it); the rest wait ready. Enforced in the claim transaction (see
@@ -540,7 +566,7 @@ class Queue:
             raise ConfigurationError(f"limit must be at most {MAX_RATE_LIMIT}, got {n}")
         if per_seconds is None:
             raise ConfigurationError("set_rate_limit needs per_seconds (the period)")
-        period_ms = duration_ms(per_seconds, "per_seconds")
+        period_ms = given_ms(per_seconds, "per_seconds")
         if period_ms < 10:
             raise ConfigurationError(f"per_seconds must be at least 0.01, got {per_seconds!r}")
         self.backend.set_rate_limit(queue, n, period_ms)
@@ -548,11 +574,13 @@ class Queue:
     def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
              after_id: int = 0, key: str | None = None, text: str | None = None,
              order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
-        """Up to ``limit`` jobs: of one state (None or ``"all"``: every state), one queue
+        """Up to ``limit`` jobs: of one state (None or ``"all"``: every state;
+        ``"scheduled"``: ready jobs not yet due, always in run_at order), one queue
         (None: every queue), the job of ``key``, or those whose payload JSON contains
         ``text`` (case-insensitive). ``order``: ``id`` (oldest first), ``-id`` (newest
         first) or ``run_at``. Pages by key: pass the last row's id as ``after_id`` (and,
-        ordered by ``run_at``, its ``run_at`` as ``after_run_at``)."""
+        ordered by ``run_at``, its ``run_at`` as ``after_run_at``). A ready job whose
+        run_at is after the database clock comes with ``scheduled=True``."""
         if order not in JOB_ORDERS:
             raise ConfigurationError(f"order must be one of {', '.join(JOB_ORDERS)}, "
                                      f"got {order!r}")
@@ -569,19 +597,31 @@ class Queue:
                                      f"{MAX_SEARCH_LENGTH} characters without NUL")
         if state == ALL_STATES:
             state = None
-        if state is not None:
+        if state is not None and state != SCHEDULED:
             _states([state], tuple(State), "list")
         if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
             raise ConfigurationError(f"after_id must be an integer >= 0, got {after_id!r}")
-        return self.backend.jobs(state, _queue_or_none(queue), positive_int(limit, "limit"),
-                                 after_id, key=key, text=text or None, order=order,
-                                 after_run_at=after_run_at)
+        now = self.backend.db_now()
+        scheduled_only = state == SCHEDULED
+        if scheduled_only:
+            state = State.READY.value   # a plain str: PyMySQL escapes an enum member oddly
+            if key is None:   # the ready jobs after now, in run_at order: keyset from now
+                order = "run_at"
+                if not after_id:
+                    after_id, after_run_at = 2**63 - 1, now
+        records = [_mark_scheduled(r, now) for r in self.backend.jobs(
+            state, _queue_or_none(queue), positive_int(limit, "limit"), after_id, key=key,
+            text=text or None, order=order, after_run_at=after_run_at)]
+        return [r for r in records if r.scheduled] if scheduled_only else records
 
     def job(self, job_id: int, *, conn: Any = None) -> JobRecord | None:
         """The whole row of one job; None when no job has that id. With ``conn`` (as
         :meth:`enqueue` takes it) the read runs on that connection, in its open
         transaction: it sees jobs that transaction enqueued and has not committed."""
-        return self.backend.job(positive_int(job_id, "job_id"), self._dbapi(conn))
+        record = self.backend.job(positive_int(job_id, "job_id"), self._dbapi(conn))
+        if record is None or record.state != State.READY:
+            return record
+        return _mark_scheduled(record, self.backend.db_now())
 
     def store_result(self, job: Job | Claim, result: Any) -> bool:
         """Store a running job's return value (JSON, at most ``max_result_bytes``) in its
@@ -604,9 +644,39 @@ class Queue:
         """The live workers of the registry (rows whose heartbeats have not expired)."""
         return self.backend.workers()
 
+    def concurrency_of(self, job_id: int) -> tuple[str, int] | None:
+        """A job's per-key limit: ``(concurrency_key, concurrency_limit)``, or None."""
+        return self.backend.job_concurrency(positive_int(job_id, "job_id"))
+
+    def key_limits(self, queue: str, *, limit: int = 20) -> list[tuple[str, int, int]]:
+        """The per-key limits in use in ``queue``: ``(key, limit, running)`` for the keys
+        of its running jobs, busiest first, at most ``limit`` keys."""
+        return self.backend.key_limits(validate_queue(queue), positive_int(limit, "limit"))
+
+    def worker_activity(self) -> dict[str, WorkerActivity]:
+        """Per live worker id: the running jobs the job table says it holds, and the
+        seconds until its registry row expires unless it beats again."""
+        return self.backend.worker_activity()
+
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for each failed attempt of a job."""
         return self.backend.job_errors(positive_int(job_id, "job_id"))
+
+
+def _mark_scheduled(record: JobRecord, now: datetime) -> JobRecord:
+    if record.state == State.READY and record.run_at is not None and record.run_at > now:
+        return dataclasses.replace(record, scheduled=True)
+    return record
+
+
+def _unexpected(function: str, name: str, known: Sequence[str]) -> str:
+    """Python's own words for a wrong keyword argument, naming the public function, with
+    the nearest real option as a hint."""
+    close = [SYNONYMS[name]] if SYNONYMS.get(name) in known else \
+        difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]}?)" if close else \
+        f"; it takes {', '.join(known)}"
+    return f"{function}() got an unexpected keyword argument {name!r}{hint}"
 
 
 def _queue_or_none(queue: str | None) -> str | None:

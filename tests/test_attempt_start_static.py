@@ -80,5 +80,6 @@ def test_the_job_statement_reads_both_after_the_existing_columns(engine: str) ->
     (tree,) = sqlglot.parse(bind(load_queries(engine)["job"], SAMPLE, style).sql,
                             read=dialect)
     names = [e.alias_or_name for e in tree.expressions]
-    # the first 14 columns, then progress, its note and time and meta (migration 11)
-    assert names[-2:] == ["started_at", "first_started_at"] and len(names) == 20
+    # the first 14 columns, then progress, its note and time (migration 11), released
+    # (given_back + snoozes) and meta
+    assert names[-2:] == ["started_at", "first_started_at"] and len(names) == 21

@@ -171,3 +171,24 @@ def test_complete_claim_is_fenced_per_job_and_claims_the_next_batch(engine_url: 
                 "succeeded", "running", "running"]
         finally:
             bench.drop_tables(queue.backend)
+
+
+def test_bench_leaves_no_sqlite_file_behind(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A file the run created is removed (with its -wal/-shm); an existing file keeps its
+    other tables and gets the benchmark's pages back (VACUUM)."""
+    fresh = tmp_path / "fresh.db"
+    args = ["--json", "--no-progress", "--scenario", "enqueue", "--jobs", "2000"]
+    assert main(["bench", f"sqlite:///{fresh}", *args]) == 0
+    assert list(tmp_path.iterdir()) == [], "the benchmark left files behind"
+    import sqlite3
+    kept = tmp_path / "kept.db"
+    with sqlite3.connect(kept) as conn:
+        conn.execute("CREATE TABLE mine (x INTEGER)")
+        conn.execute("INSERT INTO mine VALUES (1)")
+    size = kept.stat().st_size
+    assert main(["bench", f"sqlite:///{kept}", *args]) == 0
+    capsys.readouterr()
+    with sqlite3.connect(kept) as conn:
+        assert conn.execute("SELECT x FROM mine").fetchall() == [(1,)]
+    assert kept.stat().st_size <= size + 4096

@@ -149,6 +149,9 @@ def _workload(queue: portq.Queue) -> None:
     queue.delete_finished(jobs[0].id)
     backend.pending("a")
     backend.next_lease_expiry_ms()
+    backend.worker_activity()
+    backend.job_concurrency(1)
+    backend.key_limits("b", 5)
     for order in ("id", "-id", "run_at"):
         queue.jobs(None, order=order, text="n", limit=2)
     queue.jobs(None, order="run_at", after_id=1, after_run_at=datetime.now(UTC))

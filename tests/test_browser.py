@@ -9,12 +9,13 @@ is missing, otherwise. Never downloads a browser (no ``playwright install``).
 
 from __future__ import annotations
 
+import http.client
+import http.server
 import json
 import os
+import re
 import shutil
-import subprocess
-import sys
-import urllib.request
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,6 +47,7 @@ from webdata import (  # noqa: E402
     EVIL_ATTR,
     EVIL_QUEUE,
     EVIL_SCRIPT,
+    dashboard,
     failed_twice,
     finished_over_the_last_hour,
     plant_xss,
@@ -53,42 +55,11 @@ from webdata import (  # noqa: E402
 
 import portq  # noqa: E402
 from portq.conformance.helpers import free_port, wait_until  # noqa: E402
-from portq.conformance.plugin import TEST_PREFIX  # noqa: E402
 from portq.job import WorkerInfo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-
-@contextmanager
-def dashboard(url: str, *extra: str, prefix: str = TEST_PREFIX) -> Iterator[str]:
-    """`portq dashboard URL` in a subprocess on a free port; yields its base URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "portq.cli", "dashboard", url, "--prefix", prefix,
-         "--port", str(port), "--refresh", "1s", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"portq dashboard exited: {proc.stderr.read()}")  # type: ignore[union-attr]
-        try:
-            with urllib.request.urlopen(base + "/static/app.css", timeout=2):
-                return True
-        except OSError:
-            return False
-    try:
-        assert wait_until(up, timeout=30), "portq dashboard did not start"
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture
@@ -164,7 +135,7 @@ def test_filter_jobs_by_queue_and_state(page: Watch, queue: portq.Queue, qname: 
     p.wait_for_url("**/jobs?*state=dead*")
     rows = p.locator("#jobs tbody tr")
     assert rows.count() == 1
-    assert rows.first.locator("td").first.inner_text() == str(dead)
+    assert rows.first.locator("td.n a").first.inner_text() == str(dead)
     p.fill('input[name="text"]', "CHARGE card")
     p.click('#filters button[type="submit"]')
     assert p.locator("#jobs tbody tr").count() == 1
@@ -234,6 +205,18 @@ def test_a_forged_csrf_token_is_refused(page: Watch, queue: portq.Queue, qname: 
     assert _state(queue, job_id) == "dead"
 
 
+def post_with_csrf(p: Any, path: str) -> int:
+    """The status of a POST to ``path`` that the page's own script sends, with the CSRF
+    token of the page's session."""
+    return int(p.evaluate(
+        """async (path) => {
+             const csrf = document.querySelector('meta[name=csrf-token]').content;
+             const r = await fetch(path, {method: 'POST',
+               headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+               body: 'csrf=' + csrf});
+             return r.status; }""", path))
+
+
 def test_read_only_mode_hides_and_refuses_actions(browser: Any, engine_url: str,
                                                   queue: portq.Queue, qname: str) -> None:
     job_id = failed_twice(queue, qname)
@@ -246,17 +229,124 @@ def test_read_only_mode_hides_and_refuses_actions(browser: Any, engine_url: str,
         assert p.locator("#actions").count() == 0 and p.locator("button").count() == 0
         p.goto(f"/jobs?queue={qname}&state=dead")
         assert p.locator("#bulk").count() == 0
-        status = p.evaluate(
-            """async (id) => {
-                 const csrf = document.querySelector('meta[name=csrf-token]').content;
-                 const r = await fetch('/jobs/' + id + '/retry', {method: 'POST',
-                   headers: {'Content-Type': 'application/x-www-form-urlencoded'},
-                   body: 'csrf=' + csrf});
-                 return r.status; }""", job_id)
-        assert status == 403
+        assert post_with_csrf(p, f"/jobs/{job_id}/retry") == 403
         watch.clean()
         context.close()
     assert _state(queue, job_id) == "dead"
+
+
+EVIL_HOST = "rebind.evil.example"
+
+
+@contextmanager
+def attacker_site(html: str, forward_to: str) -> Iterator[int]:
+    """An HTTP server on another loopback port, yielding its port: /evil.html is the
+    attacker's page; every other request goes on, Host header and body unchanged, to
+    ``forward_to`` (the dashboard), exactly as the browser's requests would reach it once
+    the attacker's DNS answer changes to 127.0.0.1."""
+    body = html.encode()
+    target = forward_to.split("//", 1)[1]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _forward(self) -> None:
+            if self.path.startswith("/evil.html"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            conn = http.client.HTTPConnection(target, timeout=30)
+            conn.request(self.command, self.path, self.rfile.read(length) if length else None,
+                         headers=dict(self.headers.items()))
+            answer = conn.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for name, value in answer.getheaders():
+                if name.lower() not in ("content-length", "transfer-encoding", "connection"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_POST = _forward  # noqa: N815 - http.server's names
+
+        def log_message(self, *args: Any) -> None:
+            pass
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ATTACK = """<!doctype html><html><body><script>
+window.results = {};
+const target = document.location.search.slice(1);
+if (target) {
+  fetch(target + "/api/overview", {credentials: "include"})
+    .then(r => r.text()).then(t => { window.results.read = t; })
+    .catch(e => { window.results.read = "blocked: " + e; });
+  const f = document.createElement("form");
+  f.method = "POST"; f.action = target + "/jobs/" + location.hash.slice(1) + "/retry";
+  const i = document.createElement("input");
+  i.name = "csrf"; i.value = "0".repeat(64); f.appendChild(i);
+  document.body.appendChild(f);
+}
+</script></body></html>"""
+STEAL = """async (id) => {
+    const page = await fetch('/jobs/' + id);
+    const text = await page.text();
+    const post = await fetch('/jobs/' + id + '/retry', {method: 'POST',
+      headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+      body: 'csrf=' + (text.match(/[0-9a-f]{64}/) || ['x'])[0]});
+    return {status: page.status, text: text, post: post.status}; }"""
+
+
+def test_a_page_of_another_origin_cannot_read_or_drive_the_dashboard(
+        engine_url: str, queue: portq.Queue, qname: str) -> None:
+    """DNS rebinding as Chromium meets it (``rebind.evil.example`` resolves to 127.0.0.1
+    through --host-resolver-rules; the attacker's page reads the dashboard "same-origin"),
+    and a page on another local port (same site, so the SameSite cookie goes along)
+    submitting a form and fetching the API. Neither may read a page or change a job."""
+    job_id = failed_twice(queue, qname)
+    rule = f"--host-resolver-rules=MAP {EVIL_HOST} 127.0.0.1"
+    with dashboard(engine_url) as base, sync_api.sync_playwright() as pw, \
+            attacker_site(ATTACK, base) as port:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                               args=[*LAUNCH_ARGS, rule])
+        context = b.new_context()
+        p = context.new_page()
+        p.goto(f"{base}/jobs/{job_id}")   # the operator's session on the dashboard
+        sync_api.expect(p.locator("#state")).to_have_text("dead")
+        # 1. rebinding: requests on the attacker's name reach the dashboard
+        p.goto(f"http://{EVIL_HOST}:{port}/evil.html")
+        stolen = p.evaluate(STEAL, job_id)
+        assert stolen["status"] == 421 and stolen["post"] == 421, stolen
+        assert "charge card" not in stolen["text"]
+        assert not re.search(r"[0-9a-f]{64}", stolen["text"]), "a CSRF token leaked"
+        assert _state(queue, job_id) == "dead"
+        # 2. another origin (another loopback port): cross-origin read and form POST
+        p.goto(f"http://127.0.0.1:{port}/evil.html?{base}#{job_id}")
+        p.wait_for_function("window.results.read !== undefined")
+        assert p.evaluate("window.results.read").startswith("blocked"), \
+            "a cross-origin page read the dashboard's API"
+        with p.expect_response(lambda r: r.request.method == "POST") as posted:
+            p.evaluate("document.forms[0].submit()")
+        assert posted.value.status == 403
+        assert "another" in p.inner_text("#message")
+        assert _state(queue, job_id) == "dead"
+        # the operator's own page still acts
+        p.goto(f"{base}/jobs/{job_id}")
+        p.click("#action-retry")
+        sync_api.expect(p.locator("#state")).to_have_text("ready")
+        context.close()
+        b.close()
 
 
 def test_screenshots_of_the_overview_and_a_job(browser: Any, tmp_path: Path) -> None:

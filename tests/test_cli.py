@@ -340,7 +340,8 @@ def test_jobs_lists_every_state_and_job_shows_the_error_history(engine_url: str,
     data = json.loads(run_portq("job", str(failing), *prefix, "--json", env=env).stdout)
     assert [e["attempt"] for e in data["errors"]] == [1, 2] and data["payload"] == {"n": 2}
     gone = run_portq("job", "99999999", *prefix, env=env, check=False)
-    assert gone.returncode == 1 and gone.stdout.strip() == "no such job 99999999"
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert gone.stderr.strip() == "portq: error: no such job 99999999"
 
 
 def test_bulk_retry_and_cancel_in_bounded_batches(engine_url: str, queue: Any,

@@ -51,6 +51,10 @@ def test_unmigrated_database_is_one_line_for_every_command(engine_url: str) -> N
 
 def test_default_prefix_message_is_the_documented_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/never-migrated.db"
+    line = one_error_line(run_portq("stats", url, check=False))   # no file: none is made
+    assert line == (f"portq: error: no SQLite database at {tmp_path}/never-migrated.db "
+                    "(a typo? `portq migrate URL` creates it)")
+    (tmp_path / "never-migrated.db").touch()                       # a file, no tables
     line = one_error_line(run_portq("stats", url, check=False))
     assert line == f"portq: error: no portq tables in {url} — run: portq migrate URL"
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import portq
-from portq.conformance.helpers import raw_update
+from portq.conformance.helpers import free_port, raw_update, wait_until
+from portq.conformance.plugin import TEST_PREFIX
 
 # Each would run script if any page put it into the HTML unescaped, or app.js wrote it as
 # HTML: window.__pwned would be set, an <img src=x> would exist.
@@ -64,3 +70,33 @@ def finished_over_the_last_hour(queue: portq.Queue, qname: str, n: int = 120) ->
         for p in params:
             backend.execute(cur, f"UPDATE {backend.prefix}job SET finished_at = :t "
                                  "WHERE job_id = :id", p)
+
+
+@contextmanager
+def dashboard(url: str, *extra: str, prefix: str = TEST_PREFIX) -> Iterator[str]:
+    """`portq dashboard URL` in a subprocess on a free port; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "portq.cli", "dashboard", url, "--prefix", prefix,
+         "--port", str(port), "--refresh", "1s", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"portq dashboard exited: {proc.stderr.read()}")  # type: ignore[union-attr]
+        try:
+            with urllib.request.urlopen(base + "/static/app.css", timeout=2):
+                return True
+        except OSError:
+            return False
+    try:
+        assert wait_until(up, timeout=30), "portq dashboard did not start"
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

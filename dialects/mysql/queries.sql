@@ -283,7 +283,7 @@ SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), paylo
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at,
-       progress, CONVERT(progress_note USING utf8mb4), progress_at
+       progress, CONVERT(progress_note USING utf8mb4), progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -292,10 +292,11 @@ ORDER BY job_id
 LIMIT :limit;
 
 -- name: jobs_newest
-SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at,
-       progress, CONVERT(progress_note USING utf8mb4), progress_at
+       progress, CONVERT(progress_note USING utf8mb4), progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -304,10 +305,11 @@ ORDER BY job_id DESC
 LIMIT :limit;
 
 -- name: jobs_by_run_at
-SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
-       CONVERT(job_key USING utf8mb4), run_at, worker_id, lease_until, last_error,
+SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), payload, priority,
+       attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
+       CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at,
-       progress, CONVERT(progress_note USING utf8mb4), progress_at
+       progress, CONVERT(progress_note USING utf8mb4), progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(CAST(payload AS CHAR)) LIKE :pattern ESCAPE '!')
@@ -321,7 +323,8 @@ SELECT job_id, CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4), paylo
        attempts, max_attempts, CONVERT(job_key USING utf8mb4), run_at,
        CONVERT(worker_id USING utf8mb4), lease_until, last_error,
        created_at, finished_at,
-       progress, CONVERT(progress_note USING utf8mb4), progress_at, meta,
+       progress, CONVERT(progress_note USING utf8mb4), progress_at,
+       given_back + snoozes AS released, meta,
        started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
@@ -569,3 +572,29 @@ UPDATE portq_job
 SET progress = :progress, progress_note = :note, progress_at = UTC_TIMESTAMP(6)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > UTC_TIMESTAMP(6);
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (only running rows have a lease: a range of portq_job_lease_idx).
+SELECT CONVERT(w.worker_id USING utf8mb4), w.expires_at, UTC_TIMESTAMP(6),
+       (SELECT COUNT(*) FROM portq_job j
+        WHERE j.lease_until IS NOT NULL AND j.state = 'running' AND j.worker_id = w.worker_id)
+FROM portq_worker w
+WHERE w.expires_at > UTC_TIMESTAMP(6);
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page
+-- (the key is VARBINARY: read back as text).
+SELECT CONVERT(concurrency_key USING utf8mb4), concurrency_limit
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (portq_job_ckey_idx (queue, concurrency_key,
+-- state)).
+SELECT CONVERT(concurrency_key USING utf8mb4), MAX(concurrency_limit), COUNT(*)
+FROM portq_job
+WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY COUNT(*) DESC, concurrency_key
+LIMIT :limit;

@@ -255,7 +255,7 @@ FROM dual
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -266,7 +266,7 @@ FETCH FIRST :limit ROWS ONLY
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -277,7 +277,7 @@ FETCH FIRST :limit ROWS ONLY
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE '!')
@@ -289,7 +289,8 @@ FETCH FIRST :limit ROWS ONLY
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at, meta, started_at, first_started_at
+       progress, progress_note, progress_at,
+       given_back + snoozes AS released, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id
 
@@ -560,3 +561,30 @@ SET progress = CAST(:progress AS BINARY_DOUBLE), progress_note = :note,
     progress_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (the CASE matches the function-based index portq_job_lease_idx).
+SELECT w.worker_id, w.expires_at, SYS_EXTRACT_UTC(SYSTIMESTAMP),
+       (SELECT COUNT(*) FROM portq_job j
+        WHERE CASE WHEN j.state = 'running' THEN j.lease_until END IS NOT NULL
+          AND j.worker_id = w.worker_id)
+FROM portq_worker w
+WHERE w.expires_at > SYS_EXTRACT_UTC(SYSTIMESTAMP)
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page.
+SELECT concurrency_key, concurrency_limit FROM portq_job WHERE job_id = :job_id
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (the CASEs match portq_job_ckey_idx).
+SELECT CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
+            THEN concurrency_key END AS ckey,
+       MAX(concurrency_limit), COUNT(*)
+FROM portq_job
+WHERE CASE WHEN state = 'running' AND concurrency_key IS NOT NULL THEN queue END = :queue
+GROUP BY CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
+              THEN concurrency_key END
+ORDER BY COUNT(*) DESC, ckey
+FETCH FIRST :limit ROWS ONLY

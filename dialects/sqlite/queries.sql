@@ -220,7 +220,7 @@ SELECT EXISTS (SELECT 1 FROM portq_job
 -- name: jobs
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -231,7 +231,7 @@ LIMIT :limit;
 -- name: jobs_newest
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -242,7 +242,7 @@ LIMIT :limit;
 -- name: jobs_by_run_at
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job
 WHERE (:state = '*' OR state = :state) AND (:queue = '*' OR queue = :queue)
   AND (:any_text = 1 OR lower(payload) LIKE :pattern ESCAPE '!')
@@ -254,7 +254,8 @@ LIMIT :limit;
 -- name: job
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts, job_key, run_at,
        worker_id, lease_until, last_error, created_at, finished_at,
-       progress, progress_note, progress_at, meta, started_at, first_started_at
+       progress, progress_note, progress_at,
+       given_back + snoozes AS released, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -485,3 +486,26 @@ SET progress = :progress, progress_note = :note,
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND state = 'running'
   AND lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (the partial index portq_job_lease_idx holds only running rows).
+SELECT w.worker_id, w.expires_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+       (SELECT count(*) FROM portq_job j
+        WHERE j.state = 'running' AND j.lease_until IS NOT NULL AND j.worker_id = w.worker_id)
+FROM portq_worker w
+WHERE w.expires_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER);
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page.
+SELECT concurrency_key, concurrency_limit FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (portq_job_ckey_idx: running rows only).
+SELECT concurrency_key, max(concurrency_limit), count(*)
+FROM portq_job
+WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY count(*) DESC, concurrency_key
+LIMIT :limit;

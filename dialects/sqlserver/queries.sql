@@ -327,7 +327,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job WITH (READPAST, READCOMMITTEDLO
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
        finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -338,7 +338,7 @@ ORDER BY job_id;
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
        finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -349,7 +349,7 @@ ORDER BY job_id DESC;
 SELECT TOP (:limit) job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
        finished_at,
-       progress, progress_note, progress_at
+       progress, progress_note, progress_at, given_back + snoozes AS released
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 WHERE (:state = N'*' OR state = :state) AND (:queue = N'*' OR queue = :queue)
   AND (:any_text = 1 OR LOWER(payload) LIKE :pattern ESCAPE N'!')
@@ -361,7 +361,8 @@ ORDER BY run_at, job_id;
 SELECT job_id, queue, state, payload, priority, attempts, max_attempts,
        CAST(job_key AS NVARCHAR(510)), run_at, worker_id, lease_until, last_error, created_at,
        finished_at,
-       progress, progress_note, progress_at, meta, started_at, first_started_at
+       progress, progress_note, progress_at,
+       given_back + snoozes AS released, meta, started_at, first_started_at
 FROM portq_job
 WHERE job_id = :job_id;
 
@@ -642,3 +643,30 @@ SET progress = CAST(:progress AS FLOAT), progress_note = CAST(:note AS NVARCHAR(
 WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
   AND DATALENGTH(worker_id) = DATALENGTH(CAST(:worker_id AS NVARCHAR(400)))
   AND state = N'running' AND lease_until > SYSUTCDATETIME();
+
+-- name: worker_activity
+-- The dashboard's Workers page: each live worker's row expiry and the running jobs the job
+-- table says it holds (the filtered index portq_job_lease_idx holds only running rows;
+-- READPAST skips rows a completion holds locked: a display, never a decision).
+SELECT w.worker_id, w.expires_at, SYSUTCDATETIME(),
+       (SELECT COUNT(*) FROM portq_job j WITH (READCOMMITTEDLOCK, READPAST)
+        WHERE j.state = N'running' AND j.lease_until IS NOT NULL
+          AND j.worker_id = w.worker_id AND DATALENGTH(j.worker_id) = DATALENGTH(w.worker_id))
+FROM portq_worker w
+WHERE w.expires_at > SYSUTCDATETIME();
+
+-- name: job_concurrency
+-- A job's per-key limit (enqueue(concurrency_key=, concurrency_limit=)), for its page: the
+-- key is the VARBINARY of an NVARCHAR, cast back to text.
+SELECT CAST(concurrency_key AS NVARCHAR(510)), concurrency_limit
+FROM portq_job WHERE job_id = :job_id;
+
+-- name: queue_key_limits
+-- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
+-- its limit and running count, busiest first (the filtered portq_job_ckey_idx: the
+-- statement repeats its literals; READPAST as in key_running_count: a display).
+SELECT TOP (:limit) CAST(concurrency_key AS NVARCHAR(510)), MAX(concurrency_limit), COUNT(*)
+FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
+WHERE queue = :queue AND state = N'running' AND concurrency_key IS NOT NULL
+GROUP BY concurrency_key
+ORDER BY COUNT(*) DESC, concurrency_key;

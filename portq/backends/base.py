@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.errors import (
     CannotConnect,
+    ConfigurationError,
     ConnectionLost,
     DatabaseBusy,
     DatabaseError,
@@ -31,6 +32,7 @@ from portq.errors import (
     PortqError,
     SchemaError,
     SchemaMissingError,
+    StatementTimeout,
 )
 from portq.job import (
     STATS_WINDOW_S,
@@ -41,6 +43,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     ServerInfo,
+    WorkerActivity,
     WorkerInfo,
 )
 from portq.pool import Pool, close_quietly
@@ -89,12 +92,13 @@ class ErrorKind(enum.Enum):
     LOGIN = "login"              # the server refused the user name or password
     UNKNOWN_DATABASE = "unknown_database"  # the URL's database does not exist
     UNDEFINED_TABLE = "undefined_table"    # a portq table is missing: never migrated
+    TIMEOUT = "timeout"          # the statement outran the connection's statement timeout
     OTHER = "other"
 
 
 #: the order :meth:`SqlBackend.kind_of` tries kinds in (a missing database before a
 #: failed login: SQL Server reports 4060 together with 18456)
-KIND_ORDER = (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE,
+KIND_ORDER = (ErrorKind.UNIQUE, ErrorKind.CHECK, ErrorKind.RETRYABLE, ErrorKind.TIMEOUT,
               ErrorKind.UNDEFINED_TABLE, ErrorKind.UNKNOWN_DATABASE, ErrorKind.LOGIN,
               ErrorKind.CONNECTION)
 
@@ -135,8 +139,15 @@ class SqlBackend(Backend):
     announces_cancel: ClassVar[bool] = False
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
-                 pool_timeout: float = 30.0) -> None:
+                 pool_timeout: float = 30.0, statement_timeout_ms: int | None = None) -> None:
         self.url = url
+        if statement_timeout_ms is not None and (
+                isinstance(statement_timeout_ms, bool) or not isinstance(statement_timeout_ms, int)
+                or not 1 <= statement_timeout_ms <= 3_600_000):
+            raise ConfigurationError(f"statement_timeout_ms={statement_timeout_ms!r} must be a "
+                                     "whole number of milliseconds from 1 to 3600000")
+        #: the longest a statement of this backend's connections may run (None: no limit)
+        self.statement_timeout_ms = statement_timeout_ms
         self.prefix = validate_prefix(prefix)
         self.queries = load_queries(self.engine, self.prefix)
         self.pool = Pool(self.open_connection, max_size=pool_size, timeout=pool_timeout)
@@ -212,7 +223,14 @@ class SqlBackend(Backend):
         """:meth:`connect`, with a refused login, a missing database or an unreachable
         server raised as portq's own errors (what the pool calls)."""
         try:
-            return self.connect()
+            conn = self.connect()
+            if self.statement_timeout_ms is not None:
+                try:
+                    self.limit_statements(conn, self.statement_timeout_ms)
+                except BaseException:
+                    close_quietly(conn)
+                    raise
+            return conn
         except PortqError:
             raise
         except Exception as exc:
@@ -222,6 +240,11 @@ class SqlBackend(Backend):
             if error is None:
                 raise
             raise error from exc
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """Make the database stop any statement of ``conn`` that runs longer than ``ms``
+        milliseconds (raising an error :meth:`classify` calls ``TIMEOUT``)."""
+        raise ConfigurationError(f"statement_timeout_ms is not supported on {self.engine}")
 
     def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
                   connecting: bool = False, attempts: int = 1) -> PortqError | None:
@@ -243,6 +266,10 @@ class SqlBackend(Backend):
             return ConnectionLost(f"{op}: lost the connection to {url}: {detail}")
         if kind is ErrorKind.RETRYABLE:
             return DatabaseBusy(self.busy_message(op, detail, attempts))
+        if kind is ErrorKind.TIMEOUT:
+            return StatementTimeout(
+                f"{op}: {url} stopped a statement after statement_timeout_ms="
+                f"{self.statement_timeout_ms} ({detail})")
         return None
 
     def missing_schema_message(self) -> str:
@@ -529,14 +556,12 @@ class SqlBackend(Backend):
         """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing
         transaction commits. Default: nothing; workers find new jobs by polling."""
 
-    #: the bound on one statement (and lock wait) of portq's own connections, in ms (0:
-    #: none); a worker sets it to its lease (:meth:`bound_statements`)
-    statement_timeout_ms = 0
-
-    def bound_statements(self, ms: int) -> None:
-        """Bound each statement and lock wait on portq's own connections (never a caller's
-        ``conn=``) to ``ms``, server-side where the engine can (each engine's
-        :meth:`connect` applies it); idle pooled connections are reopened with it."""
+    def bound_statements(self, ms: int | None) -> None:
+        """Set :attr:`statement_timeout_ms` (None: no bound) from now on: each statement
+        and lock wait of portq's own connections (never a caller's ``conn=``) is bounded
+        server-side where the engine can (:meth:`limit_statements`); idle pooled
+        connections are reopened with it. A worker bounds its queue's to its lease while
+        it runs."""
         if ms != self.statement_timeout_ms:
             self.statement_timeout_ms = ms
             self.pool.discard_idle()
@@ -909,6 +934,13 @@ class SqlBackend(Backend):
                         write=False)
         return [self.record_from_row(r) for r in rows]
 
+    def db_now(self) -> datetime:
+        """The database clock (UTC), rounded up to the next millisecond (it is read in
+        whole milliseconds: a row written in this one must not look later than now)."""
+        ms = self.run("db_clock", lambda cur: self.execute(cur, "db_clock_ms").fetchone()[0],
+                      write=False)
+        return datetime.fromtimestamp((int(ms) + 1) / 1000, UTC)
+
     def _job_of_key(self, key: str, state: str | None, queue: str | None, after_id: int,
                     text: str | None) -> list[JobRecord]:
         """The listing filtered by key: the one job holding it (unique index), if it also
@@ -951,11 +983,12 @@ class SqlBackend(Backend):
             created_at=self.from_db_time(r[12]), finished_at=self.from_db_time(r[13]),
             progress=None if r[14] is None else float(r[14]),
             progress_note=self.load_text(r[15]), progress_at=self.from_db_time(r[16]),
+            released=int(r[17] or 0) if len(r) > 17 else 0,
             # the `job` statement adds meta, then when the latest and the first
             # attempt started
-            meta=self.load_meta(r[17]) if len(r) > 17 else None,
-            started_at=self.from_db_time(r[18]) if len(r) > 18 else None,
-            first_started_at=self.from_db_time(r[19]) if len(r) > 19 else None)
+            meta=self.load_meta(r[18]) if len(r) > 18 else None,
+            started_at=self.from_db_time(r[19]) if len(r) > 19 else None,
+            first_started_at=self.from_db_time(r[20]) if len(r) > 20 else None)
 
     def error_history(self, job_id: int, conn: Any | None = None) -> list[JobError]:
         rows = self.read("job_errors", lambda cur: self.execute(
@@ -1042,6 +1075,30 @@ class SqlBackend(Backend):
                 schedules=tuple(json.loads(self.load_text(schedules) or "[]")),
                 started_at=self.from_db_time(started), heartbeat_at=beat_at,
                 heartbeat_age_s=age))
+        return out
+
+    def job_concurrency(self, job_id: int) -> tuple[str, int] | None:
+        row = self.run("job_concurrency", lambda cur: self.execute(
+            cur, "job_concurrency", {"job_id": job_id}).fetchone(), write=False)
+        if row is None or row[0] is None:
+            return None
+        return str(self.load_text(row[0])), int(row[1])
+
+    def key_limits(self, queue: str, limit: int) -> list[tuple[str, int, int]]:
+        rows = self.run("queue_key_limits", lambda cur: self.execute(
+            cur, "queue_key_limits", {"queue": queue, "limit": limit}).fetchall(),
+            write=False)
+        return [(str(self.load_text(k)), int(n), int(c)) for k, n, c in rows]
+
+    def worker_activity(self) -> dict[str, WorkerActivity]:
+        rows = self.run("worker_activity", lambda cur: self.execute(
+            cur, "worker_activity").fetchall(), write=False)
+        out = {}
+        for worker_id, expires, now, running in rows:
+            expires_at, now_at = self.from_db_time(expires), self.from_db_time(now)
+            left = 0.0 if expires_at is None or now_at is None else \
+                max(0.0, (expires_at - now_at).total_seconds())
+            out[str(worker_id)] = WorkerActivity(int(running or 0), left)
         return out
 
     def load_text(self, value: Any) -> str | None:

@@ -43,6 +43,9 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     ErrorKind.LOGIN: frozenset({1045, 1044}),
     ErrorKind.UNKNOWN_DATABASE: frozenset({1049}),   # ER_BAD_DB_ERROR
     ErrorKind.UNDEFINED_TABLE: frozenset({1146}),    # ER_NO_SUCH_TABLE
+    # MariaDB ER_STATEMENT_TIMEOUT (max_statement_time), MySQL ER_QUERY_TIMEOUT
+    # (max_execution_time)
+    ErrorKind.TIMEOUT: frozenset({1969, 3024}),
 }
 #: most jobs in one multi-row INSERT (each row binds 7 values, escaped by the client)
 BULK_ROWS = 1000
@@ -80,18 +83,21 @@ class MysqlBackend(SqlBackend):
         self._server_is_mariadb: bool | None = None
 
     def connect(self) -> Any:
-        options = dict(self.connect_options)
-        seconds = -(-self.statement_timeout_ms // 1000)
-        if seconds:  # a worker's bound: no read waits longer than a statement may run
-            options.setdefault("read_timeout", seconds + 5)
-        conn = pymysql.connect(**options)
+        conn = pymysql.connect(**self.connect_options)
         _keepalive(conn)
+        return self.set_up_session(conn, lambda cur: cur.execute(SESSION_SETUP))
 
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """MariaDB: ``max_statement_time`` (seconds, every statement); MySQL:
+        ``max_execution_time`` (milliseconds, read-only SELECTs only); both:
+        ``innodb_lock_wait_timeout`` (whole seconds) for lock waits."""
         def setup(cur: Any) -> None:
-            cur.execute(SESSION_SETUP)
-            if seconds:  # lock waits bounded server-side (InnoDB's unit is seconds)
-                cur.execute(f"SET SESSION innodb_lock_wait_timeout = {int(seconds)}")
-        return self.set_up_session(conn, setup)
+            if self.is_mariadb(cur):
+                cur.execute(f"SET SESSION max_statement_time = {ms / 1000:.3f}")
+            else:
+                cur.execute(f"SET SESSION max_execution_time = {int(ms):d}")
+            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, -(-ms // 1000)):d}")
+        self.set_up_session(conn, setup)
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, pymysql.err.InterfaceError):

@@ -81,6 +81,9 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {
     # listener does not know the service / SID (thin mode: DPY-6001 / DPY-6003)
     ErrorKind.UNKNOWN_DATABASE: frozenset({12514, 12505, "DPY-6001", "DPY-6003"}),
     ErrorKind.UNDEFINED_TABLE: frozenset({942}),    # table or view does not exist
+    # call timeout exceeded, the connection still usable (DPI-1067 in thick mode; DPI-1080,
+    # the connection lost with it, is DPY-4011 and a CONNECTION error)
+    ErrorKind.TIMEOUT: frozenset({"DPY-4024", "DPI-1067"}),
 }
 # "ORA-00955: name is already used by an existing object" and friends, and ORA-02443
 # (cannot drop a constraint that does not exist): tolerated by migrate
@@ -163,10 +166,12 @@ class OracleBackend(SqlBackend):
                   if not (self.thick and k == "config_dir")}
         conn = oracledb.connect(user=self.url.username, password=self.url.password, **params)
         conn.autocommit = False
-        if self.statement_timeout_ms:  # a worker's bound on each round trip (ms)
-            conn.call_timeout = self.statement_timeout_ms + 5000
         conn.outputtypehandler = _lobs_as_strings
         return conn
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """``Connection.call_timeout``: the longest one round trip may take, in ms."""
+        conn.call_timeout = int(ms)
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, oracledb.Error):

@@ -31,6 +31,7 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.LOGIN: frozenset({"28P01", "28000"}),   # invalid password / authorization
     ErrorKind.UNKNOWN_DATABASE: frozenset({"3D000"}),  # invalid_catalog_name
     ErrorKind.UNDEFINED_TABLE: frozenset({"42P01"}),   # undefined_table
+    ErrorKind.TIMEOUT: frozenset({"57014"}),           # query_canceled (statement_timeout)
 }
 # libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
 # the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
@@ -104,10 +105,6 @@ class PostgresBackend(SqlBackend):
         # a server that vanished is noticed within about a minute, idle or mid-statement
         for name, value in KEEPALIVES.items():
             kw.setdefault(name, value)
-        if self.statement_timeout_ms:  # a worker's bound (its lease): server-side
-            ms = self.statement_timeout_ms
-            bound = f"-c statement_timeout={ms} -c lock_timeout={max(1, ms // 2)}"
-            kw["options"] = f"{kw['options']} {bound}" if kw.get("options") else bound
         return kw
 
     def to_db_time(self, value: datetime) -> Any:
@@ -124,6 +121,12 @@ class PostgresBackend(SqlBackend):
         cur = conn.cursor()
         cur.adapters.register_loader("timestamptz", TimestamptzLoader)
         return cur
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """``statement_timeout`` for the session (the server cancels with 57014), and
+        ``lock_timeout`` at half of it (55P03)."""
+        self.set_up_session(conn, lambda cur: cur.execute(
+            f"SET statement_timeout = {int(ms):d}; SET lock_timeout = {max(1, int(ms) // 2):d}"))
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):

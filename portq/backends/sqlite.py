@@ -26,7 +26,10 @@ _MESSAGES: dict[ErrorKind, tuple[str, ...]] = {
     ErrorKind.RETRYABLE: ("locked", "busy"),
     ErrorKind.CONNECTION: ("disk i/o", "unable to open"),
     ErrorKind.UNDEFINED_TABLE: ("no such table",),
+    ErrorKind.TIMEOUT: ("interrupted",),   # the progress handler of limit_statements
 }
+#: virtual machine instructions between two looks at a statement's deadline
+PROGRESS_STEPS = 10_000
 
 
 #: how often an idle worker's listener reads ``PRAGMA data_version`` (seconds)
@@ -71,6 +74,27 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         return conn
+
+    def bound_statements(self, ms: int | None) -> None:
+        """A worker's bound is not applied here: SQLite runs in the worker's process, a
+        lock wait is bounded by ``busy_timeout_ms`` already, and the statement deadline's
+        callbacks would cost every statement of the one writer thread. An explicit
+        ``statement_timeout_ms`` (``portq.connect``) still applies."""
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """SQLite has no statement timeout: a trace callback notes when each statement
+        starts, and a progress handler interrupts one running longer than ``ms``
+        (``sqlite3.OperationalError: interrupted``)."""
+        limit = ms / 1000
+        started = [time.monotonic()]
+
+        def trace(_sql: str) -> None:
+            started[0] = time.monotonic()
+
+        def progress() -> int:
+            return int(time.monotonic() - started[0] > limit)
+        conn.set_trace_callback(trace)
+        conn.set_progress_handler(progress, PROGRESS_STEPS)
 
     def listener(self, queues: Sequence[str]) -> SqliteListener | None:
         """A listener that learns of other connections' commits from ``PRAGMA

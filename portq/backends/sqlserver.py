@@ -243,16 +243,7 @@ class SqlServerBackend(SqlBackend):
         except Exception as exc:
             self._raise_setup_error(module, exc)
             raise
-        ms = self.statement_timeout_ms
-
-        def setup(cur: Any) -> None:
-            self.execute(cur, "session_setup")
-            if ms:  # a worker's bound on lock waits (an int literal: SET takes no parameter)
-                cur.execute(f"SET LOCK_TIMEOUT {int(ms)}")
-        conn = self.set_up_session(conn, setup)
-        if ms and self.dbapi == "pyodbc":  # pyodbc's query timeout (seconds; 0: none)
-            conn.timeout = -(-ms // 1000) + 5
-        return conn
+        return self.set_up_session(conn, lambda cur: self.execute(cur, "session_setup"))
 
     def login_timeout_kwargs(self) -> dict[str, Any]:
         """How the login timeout reaches the driver: pyodbc's ``timeout=`` is the login
@@ -292,6 +283,9 @@ class SqlServerBackend(SqlBackend):
         if kind is None and ("communication link failure" in text or "closed connection" in text
                              or "connection has been closed" in text):
             kind = ErrorKind.CONNECTION
+        if kind is ErrorKind.CONNECTION and self.statement_timeout_ms is not None and \
+                sqlstate(exc) == "HYT00" and "login" not in text:
+            kind = ErrorKind.TIMEOUT   # the query timeout of limit_statements expired
         return kind or ErrorKind.OTHER
 
     def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
@@ -319,6 +313,13 @@ class SqlServerBackend(SqlBackend):
     def check_schema(self) -> None:
         super().check_schema()
         self.run("check_schema", self.check_compatibility, retry=False, write=False)
+
+    def limit_statements(self, conn: Any, ms: int) -> None:
+        """The connection's query timeout (pyodbc and mssql-python: ``Connection.timeout``,
+        whole seconds, SQLSTATE HYT00 when it expires) and ``SET LOCK_TIMEOUT`` in ms (an
+        int literal: the statement takes no parameter; error 1222 when it expires)."""
+        conn.timeout = max(1, -(-ms // 1000))
+        self.set_up_session(conn, lambda cur: cur.execute(f"SET LOCK_TIMEOUT {int(ms):d}"))
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:

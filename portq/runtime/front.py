@@ -161,7 +161,8 @@ class WorkerFront:
         one cannot hold a connection or a lock for ever; what restores the bound before."""
         backend = self.runtime.queue.backend
         before = backend.statement_timeout_ms
-        backend.bound_statements(max(self.settings.lease_ms, MIN_STATEMENT_BOUND_MS))
+        bound = max(self.settings.lease_ms, MIN_STATEMENT_BOUND_MS)
+        backend.bound_statements(bound if before is None else min(before, bound))
         return lambda: backend.bound_statements(before)
 
     def _log_started(self) -> None:

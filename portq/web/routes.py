@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -30,18 +31,29 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from portq.errors import PortqError
-from portq.job import JobRecord, QueueStats, State, WorkerInfo
+from portq.errors import PortqError, StatementTimeout
+from portq.job import (
+    SCHEDULED,
+    JobRecord,
+    QueueStats,
+    State,
+    WorkerActivity,
+    WorkerInfo,
+    error_line,
+)
 from portq.queue import Queue
 from portq.registry import workers_per_queue
+from portq.web.gate import BadRequest, Gate
+from portq.web.queues import limits_text, queue_routes
 from portq.web.security import SESSION_COOKIE, Guard
+from portq.web.selected import selected_routes
 
 log = logging.getLogger("portq.web")
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
 BULK_BATCH = 500          # rows per statement of a bulk action
 MINUTES = 60              # the overview's throughput window
-STATES = [s.value for s in State]
+STATES = [State.READY.value, SCHEDULED, *(s.value for s in State if s != State.READY)]
 ORDERS = {"-id": "newest first", "id": "oldest first", "run_at": "run_at"}
 # what each action does, and the states it applies to
 ACTIONS = {
@@ -56,15 +68,10 @@ NOTICES = {  # ?done=... after an action; fixed text, never echoed from the requ
     "refused": "Nothing changed: the job is no longer in a state that allows it.",
     "bulk": "Bulk action done.",
 }
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "img-src 'self'; connect-src 'self'; form-action 'self'; "
-                               "base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
+MAX_FORM_FIELDS = 20
+#: payload searches (a scan of the payloads) that may run at once: the others are told to
+#: try again, so that searches never hold every pooled connection and job pages still load
+SEARCHES_AT_ONCE = 2
 
 
 @dataclass(frozen=True)
@@ -83,9 +90,11 @@ def database_label(queue: Queue) -> str:
     return f"{url.engine} · {where}/{url.database or ''}"
 
 
-def build(queue: Queue, *, read_only: bool, token: str | None,
-          poll_seconds: float) -> Starlette:
-    guard = Guard(token)
+def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: float,
+          allowed_hosts: frozenset[str] | None, max_body: int,
+          trusted_origins: frozenset[str],
+          session_seconds: float) -> Starlette:
+    guard = Guard(token, session_seconds)
     settings = Settings(read_only=read_only, poll_seconds=max(1.0, float(poll_seconds)),
                         database=database_label(queue))
     env = Environment(loader=FileSystemLoader(HERE / "templates"),
@@ -94,6 +103,8 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
     env.filters["when"] = _when
     env.filters["age"] = _age
     env.filters["compact"] = _compact
+    env.filters["error_line"] = error_line
+    env.filters["limits"] = limits_text
     env.globals["chart"] = chart_svg
 
     def render(request: Request, template: str, status: int = 200, **ctx: Any) -> Response:
@@ -103,6 +114,11 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
             csrf=guard.csrf_token(session), path=request.url.path,
             logged_in=guard.needs_login, **ctx)
         return HTMLResponse(html, status_code=status)
+
+    def error_page(base: str, status: int, title: str, message: str) -> str:
+        return env.get_template("message.html").render(
+            base=base, settings=settings, csrf="", path="", logged_in=False, title=title,
+            message=message, status=status)
 
     def refuse(request: Request, status: int, message: str) -> Response:
         return render(request, "message.html", status=status, title="Refused",
@@ -118,15 +134,31 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
     def overview_api(request: Request) -> Response:
         return JSONResponse(snapshot.get())
 
+    searches = threading.BoundedSemaphore(SEARCHES_AT_ONCE)
+
     def jobs(request: Request) -> Response:
         f = JobFilter.from_query(request.query_params)
-        error, rows = None, []
+        error, rows, status = None, [], 200
+        searching = bool(f.text)
         try:
-            rows = queue.jobs(f.state, queue=f.queue, key=f.key, text=f.text, order=f.order,
-                              limit=PAGE_SIZE, after_id=f.after_id,
-                              after_run_at=f.after_run_at)
+            if searching and not searches.acquire(blocking=False):
+                raise Busy(f"{SEARCHES_AT_ONCE} payload searches are running already: try "
+                           "again in a moment, or narrow the search by key.")
+            try:
+                rows = queue.jobs(f.state, queue=f.queue, key=f.key, text=f.text,
+                                  order=f.order, limit=PAGE_SIZE, after_id=f.after_id,
+                                  after_run_at=f.after_run_at)
+            finally:
+                if searching:
+                    searches.release()
+        except Busy as exc:
+            error, status = str(exc), 503
+        except StatementTimeout:
+            error, status = (f"The database stopped this listing after "
+                             f"{_timeout_text(queue)}: narrow it by queue, state or key "
+                             "(a payload search reads every payload it passes)."), 503
         except PortqError as exc:
-            error = str(exc)
+            error, status = str(exc), 400
         next_query = None
         if len(rows) == PAGE_SIZE:
             last = rows[-1]
@@ -134,7 +166,9 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
                 last.run_at.isoformat() if f.order == "run_at" and last.run_at else None))
         bulk = [] if settings.read_only or f.key or f.text or not f.state else \
             [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
-        return render(request, "jobs.html", status=400 if error else 200, f=f, rows=rows,
+        return render(request, "jobs.html", status=status, f=f, rows=rows,
+                      page_size=PAGE_SIZE, select=not settings.read_only and bool(rows),
+                      live="jobs" if not f.after_id and not error else None,
                       error=error, next_query=next_query, first_query=f.query(),
                       bulk=bulk, queues=served_queues(queue.workers()), states=STATES,
                       orders=ORDERS, notice=_notice(request))
@@ -148,7 +182,12 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         actions = [] if settings.read_only else \
             [(name, label) for name, (label, states) in ACTIONS.items()
              if record.state in states]
+        result = queue.result(job_id) if record.state == State.SUCCEEDED else None
         return render(request, "job.html", job=record, errors=queue.error_history(job_id),
+                      concurrency=queue.concurrency_of(job_id),
+                      live="job" if record.state in ("ready", "running") else None,
+                      result=None if record.state != State.SUCCEEDED else
+                      json.dumps(result, indent=2, ensure_ascii=False),
                       payload=json.dumps(record.payload, indent=2, ensure_ascii=False),
                       actions=actions, notice=_notice(request))
 
@@ -161,7 +200,8 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         return JSONResponse(job_live(record))
 
     def workers(request: Request) -> Response:
-        return render(request, "workers.html", workers=queue.workers())
+        return render(request, "workers.html",
+                      workers=worker_rows(queue.workers(), queue.worker_activity()))
 
     def schedules(request: Request) -> Response:
         return render(request, "schedules.html", schedules=schedule_rows(queue.workers()))
@@ -182,10 +222,9 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
 
     # ---- actions (POST + CSRF) --------------------------------------------------------
 
-    async def guarded(request: Request,
-                      act: Callable[[dict[str, str]], Response]) -> Response:
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
-                                             max_num_fields=20).items()}
+    async def guarded(request: Request, act: Callable[[Form], Response],
+                      max_fields: int = MAX_FORM_FIELDS) -> Response:
+        form = parse_form(await request.body(), max_fields)
         if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page and "
                                         "try again.")
@@ -234,21 +273,45 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         return render(request, "login.html", failed=False)
 
     async def login(request: Request) -> Response:
-        form = {k: v[0] for k, v in parse_qs((await request.body()).decode("utf-8", "replace"),
-                                             max_num_fields=5).items()}
+        form = parse_form(await request.body(), 5)
         if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
             return refuse(request, 403, "Missing or wrong CSRF token: reload the page.")
+        client = request.client.host if request.client else "-"
+        wait = guard.throttle.retry_after(client)
+        if wait > 0:
+            log.warning("dashboard.login_throttled client=%s retry_after_s=%.0f", client, wait)
+            response = render(request, "login.html", status=429, failed=False,
+                              wait=max(1, round(wait)))
+            response.headers["Retry-After"] = str(max(1, round(wait)))
+            return response
         if not guard.needs_login or not guard.token_matches(form.get("token", "")):
+            failures = guard.throttle.failed(client)
+            log.warning("dashboard.login_failed client=%s failures_last_minute=%d",
+                        client, failures)
             return render(request, "login.html", status=403, failed=True)
         response = RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
         _set_session(request, response, guard.new_session(authenticated=True))
         return response
 
+    async def logout(request: Request) -> Response:
+        form = parse_form(await request.body(), 5)
+        if not guard.csrf_ok(request.state.session_id, form.get("csrf")):
+            return refuse(request, 403, "Missing or wrong CSRF token: reload the page.")
+        guard.revoke(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse(request.scope.get("root_path", "") + "/login",
+                                    status_code=303)
+        _set_session(request, response, guard.new_session(authenticated=False))
+        return response
+
     # ---- middleware: session cookie, access token, security headers --------------------
 
-    class Gate(BaseHTTPMiddleware):
+    class Sessions(BaseHTTPMiddleware):
         async def dispatch(self, request: Request,
                            call_next: RequestResponseEndpoint) -> Response:
+            root = request.scope.get("root_path", "")
+            path = request.url.path[len(root):]
+            if path.startswith("/static/"):  # assets: no session, no cookie, no login
+                return await call_next(request)
             cookie = request.cookies.get(SESSION_COOKIE)
             session = guard.session_id(cookie)
             fresh = None
@@ -256,22 +319,17 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
                 fresh = guard.new_session(authenticated=False)
                 session = fresh
             request.state.session_id = session
-            path = request.url.path[len(request.scope.get("root_path", "")):]
             auth = request.headers.get("authorization", "")
             bearer = auth[7:] if auth.lower().startswith("bearer ") else None
             response: Response
-            if path.startswith("/static/") or path == "/login" or \
-                    guard.authenticated(cookie, bearer):
+            if path == "/login" or guard.authenticated(cookie, bearer):
                 response = await call_next(request)
             elif path.startswith("/api/"):
                 response = JSONResponse({"error": "log in first"}, status_code=401)
             else:
-                response = RedirectResponse(request.scope.get("root_path", "") + "/login",
-                                            status_code=303)
+                response = RedirectResponse(root + "/login", status_code=303)
             if fresh is not None:
-                _set_session(request, response, fresh)
-            for name, value in SECURITY_HEADERS.items():
-                response.headers.setdefault(name, value)
+                _set_session(request, response, fresh, root)
             return response
 
     routes = [
@@ -283,27 +341,70 @@ def build(queue: Queue, *, read_only: bool, token: str | None,
         Route("/api/jobs/{job_id:int}", job_api),
         Route("/bulk", bulk_confirm),
         Route("/bulk", bulk_action, methods=["POST"]),
+        *queue_routes(queue, render, guarded, settings.read_only, refuse),
+        *selected_routes(queue, render, guarded, settings.read_only, refuse),
         Route("/workers", workers),
         Route("/schedules", schedules),
         Route("/login", login_page),
         Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Gate)])
+    return Starlette(routes=routes, middleware=[
+        Middleware(Gate, allowed_hosts=allowed_hosts, max_body=max_body,
+                   trusted_origins=trusted_origins,
+                   error_page=error_page),
+        Middleware(Sessions)])
 
 
-def _set_session(request: Request, response: Response, value: str) -> None:
+class Busy(Exception):
+    """Too many payload searches run at once."""
+
+
+def _timeout_text(queue: Queue) -> str:
+    ms = queue.backend.statement_timeout_ms
+    return f"{ms / 1000:g} s" if ms else "its statement timeout"
+
+
+class Form(dict[str, str]):
+    """A posted form: the first value of each field, and every value in ``lists``."""
+
+    def __init__(self, lists: dict[str, list[str]]) -> None:
+        super().__init__({k: v[0] for k, v in lists.items()})
+        self.lists = lists
+
+
+def parse_form(body: bytes, max_fields: int) -> Form:
+    """The fields of a urlencoded form body; a 400 when it holds more than
+    ``max_fields`` fields."""
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=max_fields)
+    except ValueError:
+        raise BadRequest(400, f"The form has more than {max_fields} fields.") from None
+    return Form(fields)
+
+
+def _set_session(request: Request, response: Response, value: str,
+                 root: str | None = None) -> None:
+    if root is None:
+        root = request.scope.get("root_path", "")
     response.set_cookie(SESSION_COOKIE, value, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https",
-                        path=request.scope.get("root_path", "") or "/")
+                        secure=request.url.scheme == "https", path=root or "/")
 
 
 def _notice(request: Request) -> str | None:
     done = request.query_params.get("done")
     text = NOTICES.get(done or "")
+    count = request.query_params.get("count", "0")
+    changed = int(count) if count.isdigit() and len(count) < 10 else 0
     if done == "bulk":
-        count = request.query_params.get("count", "0")
-        text = f"Bulk action done: {int(count) if count.isdigit() else 0} jobs changed."
+        text = f"Bulk action done: {changed} jobs changed."
+    if done == "selected":
+        skipped = request.query_params.get("skipped", "0")
+        left = int(skipped) if skipped.isdigit() and len(skipped) < 10 else 0
+        text = f"Selected jobs: {changed} changed" + (
+            f", {left} left as they were (no longer in a state that allows it)."
+            if left else ".")
     return text
 
 
@@ -446,6 +547,37 @@ def run_bulk(queue: Queue, action: str, name: str | None, state: str, expected: 
         if n == 0:
             break
     return done
+
+
+def worker_rows(workers: list[WorkerInfo],
+                activity: Mapping[str, WorkerActivity]) -> list[dict[str, Any]]:
+    """The Workers page's rows: each worker with the running jobs the job table says it
+    holds, and whether it looks gone: a process of this host that no longer exists, or a
+    heartbeat later than one and a half registry intervals (its row's lifetime is three)."""
+    rows = []
+    here = socket.gethostname()[:255]
+    for w in workers:
+        seen = activity.get(w.worker_id)
+        age = w.heartbeat_age_s or 0.0
+        status = "live"
+        if w.host == here and not _process_exists(w.pid):
+            status = f"gone: process {w.pid} no longer runs on this host"
+        elif seen is not None and age > 0.5 * (age + seen.expires_in_s):
+            status = (f"stale: no heartbeat for {age:.0f} s; listed until its row "
+                      f"expires in {seen.expires_in_s:.0f} s")
+        rows.append({"w": w, "running": None if seen is None else seen.running,
+                     "status": status})
+    return rows
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True   # it exists (another user's), or we cannot tell
+    return True
 
 
 def schedule_rows(workers: list[WorkerInfo]) -> list[dict[str, Any]]:

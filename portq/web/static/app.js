@@ -4,12 +4,60 @@
 "use strict";
 (function () {
   var body = document.body;
+  var all = document.getElementById("select-all");   // the Jobs page's "select every row"
+  if (all) {
+    all.addEventListener("change", function () {
+      document.querySelectorAll("#select-form input[name=id]").forEach(function (box) {
+        box.checked = all.checked;
+      });
+    });
+  }
+  var live = body.getAttribute("data-live");   // the Jobs list, or a job not yet finished
+  if (live) {
+    liveReload(live);
+  }
   var table = document.getElementById("queues");
   if (!table) { return; }
   var base = body.getAttribute("data-base") || "";
   var poll = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
   var SVG = "http://www.w3.org/2000/svg";
   var COUNTS = ["ready", "scheduled", "running", "succeeded", "dead", "cancelled"];
+
+  // Fetch this very page again and swap in what changed: the rows of the Jobs list (not
+  // while a row is ticked or a filter has focus), or a job's whole page until it ends.
+  // The HTML comes from this server and is parsed inert (DOMParser runs no script).
+  function liveReload(kind) {
+    var every = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
+    function busy() {
+      var active = document.activeElement;
+      return document.querySelector("#select-form input[type=checkbox]:checked") ||
+        (active && (active.tagName === "INPUT" || active.tagName === "SELECT"));
+    }
+    function swap(html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html");
+      var id = kind === "jobs" ? "jobs" : "job-live";
+      var now = document.getElementById(id);
+      var next = fresh.getElementById(id);
+      if (now && next) {
+        now.replaceWith(document.importNode(next, true));
+      }
+      body.setAttribute("data-refreshed", String(Date.now()));
+      return fresh.body.getAttribute("data-live");
+    }
+    function tick() {
+      if (busy()) { window.setTimeout(tick, every); return; }
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { if (!r.ok) { throw new Error("HTTP " + r.status); } return r.text(); })
+        .then(function (html) {
+          if (swap(html)) { window.setTimeout(tick, every); }
+        })
+        .catch(function () {
+          body.setAttribute("data-refresh-error", String(Date.now()));
+          window.setTimeout(tick, every);
+        });
+    }
+    window.setTimeout(tick, every);
+  }
 
   function age(s) {
     if (s === null || s === undefined) { return "-"; }
@@ -54,6 +102,23 @@
     return svg;
   }
 
+  function period(s) {
+    if (s === null || s === undefined) { return "-"; }
+    var units = [["d", 86400], ["h", 3600], ["m", 60], ["s", 1]];
+    for (var i = 0; i < units.length; i++) {
+      var n = s / units[i][1];
+      if (n >= 1 && Number.isInteger(n)) { return n + units[i][0]; }
+    }
+    return (s * 1000) + "ms";
+  }
+
+  function limits(q) {  // the words of portq/web/queues.py limits_text
+    var shown = [];
+    if (q.concurrency_limit) { shown.push("\u2264 " + q.concurrency_limit + " running"); }
+    if (q.rate_limit) { shown.push(q.rate_limit + " / " + period(q.rate_period_s)); }
+    return shown;
+  }
+
   function link(text, href) {
     var a = document.createElement("a");
     a.textContent = String(text);
@@ -73,12 +138,11 @@
     tr.setAttribute("data-queue", q.queue);
     var qs = "?queue=" + encodeURIComponent(q.queue);
     var name = cell("", "");
-    name.appendChild(link(q.queue, base + "/jobs" + qs));
+    name.appendChild(link(q.queue, base + "/queues/" + encodeURIComponent(q.queue)));
     tr.appendChild(name);
     COUNTS.forEach(function (s) {
       var td = cell("n", s);
-      var state = s === "scheduled" ? "ready" : s;
-      td.appendChild(link(q[s], base + "/jobs" + qs + "&state=" + state));
+      td.appendChild(link(q[s], base + "/jobs" + qs + "&state=" + s));
       tr.appendChild(td);
     });
     var old = cell("n", "oldest_ready_age_s");
@@ -87,6 +151,16 @@
     var w = cell("n", "workers");
     w.textContent = String(q.workers);
     tr.appendChild(w);
+    var lim = cell("", "limits");
+    if (q.paused) {
+      var badge = document.createElement("span");
+      badge.className = "badge paused";
+      badge.textContent = "paused";
+      lim.appendChild(badge);
+      lim.appendChild(document.createTextNode(" "));
+    }
+    lim.appendChild(document.createTextNode(limits(q).join(", ")));
+    tr.appendChild(lim);
     var c = cell("", "chart");
     c.appendChild(chart(q.finished_per_minute, q.dead_per_minute));
     tr.appendChild(c);
@@ -104,7 +178,7 @@
       var tr = document.createElement("tr");
       tr.className = "empty";
       var td = document.createElement("td");
-      td.setAttribute("colspan", "11");
+      td.setAttribute("colspan", "12");
       td.textContent = "No jobs yet.";
       tr.appendChild(td);
       tbody.appendChild(tr);

@@ -1,0 +1,41 @@
+"""Rate limits as an operator writes them: ``N/PERIOD`` (``50/2s``, ``100/1m``)."""
+
+from __future__ import annotations
+
+import re
+
+from portq.errors import ConfigurationError
+
+PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_rate(text: str) -> tuple[int, float] | None:
+    """``N/PERIOD`` (``50/2s``, ``100/1m``, ``1000/1h``; a bare unit means 1 of it:
+    ``100/m``) as (N, seconds), or None for ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    match = RATE.match(text.lower())
+    if not match:
+        raise ConfigurationError(
+            f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
+            "(units ms, s, m, h, d), or none")
+    n, amount, unit = int(match[1]), match[2] or "1", match[3]
+    try:
+        seconds = float(amount) * PERIOD_UNITS[unit]
+    except ValueError:
+        seconds = 0.0
+    if n < 1 or not 0.01 <= seconds <= 366 * 86400:
+        raise ConfigurationError(
+            f"{text!r}: the rate needs N >= 1 and a period from 10ms to 366d")
+    return n, seconds
+
+
+def period_text(seconds: float | None) -> str:
+    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    return f"{seconds * 1000:g}ms"
