@@ -38,6 +38,7 @@ from portq.backends.base import (
     ErrorKind,
     SqlBackend,
     conflict_delay,
+    listen_mode,
     storable_error,
 )
 from portq.errors import ConfigurationError, DatabaseError, Permanent
@@ -523,10 +524,11 @@ class AsyncWorker:
             registration.run_async(), name="portq-registry")
         await self._start_listener(loop)
         log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
-                 "lease=%gs prefetch=auto<=%d claim_loops=%d (asyncio)", self.worker_id,
+                 "lease=%gs prefetch=auto<=%d claim_loops=%d new_jobs=%s (asyncio)",
+                 self.worker_id,
                  self.queue.backend.engine, self.queue.url, ",".join(self.queues),
                  self.concurrency, self.lease, self.capacity - self.concurrency,
-                 self.claimers)
+                 self.claimers, listen_mode(self.queue.backend, self.listen))
         claim_loops = [asyncio.create_task(self._claim_loop(main=False),
                                            name=f"portq-claim-{n}")
                        for n in range(1, self.claimers)]

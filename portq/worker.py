@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from portq.backends.base import Listener
+from portq.backends.base import Listener, listen_mode
 from portq.errors import ConfigurationError, Permanent
 from portq.handler import HandlerRunner
 from portq.job import Job, error_line
@@ -666,11 +666,11 @@ class Worker:
             registration.start()
         self._start_threads()
         log.info("worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d "
-                 "lease=%gs prefetch=%s claim_loops=%d", self.worker_id,
+                 "lease=%gs prefetch=%s claim_loops=%d new_jobs=%s", self.worker_id,
                  self.queue.backend.engine, self.queue.url, ",".join(self.queues),
                  self.concurrency, self.lease,
                  f"auto<={self.prefetch}" if self.auto_lookahead else self.prefetch,
-                 self.claimers)
+                 self.claimers, listen_mode(self.queue.backend, self.listen))
         try:
             self._claim_loop()
         finally:

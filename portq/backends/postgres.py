@@ -13,11 +13,12 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from portq.backends.base import ErrorKind, SqlBackend, one_line
-from portq.errors import ConfigurationError
+from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, one_line
+from portq.errors import ConfigurationError, DatabaseError
 from portq.job import EnqueueResult
 from portq.pool import close_quietly
-from portq.protocol import NewJob
+from portq.protocol import NewJob, ServerIdentity
+from portq.url import DatabaseURL, parse_url
 
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.UNIQUE: frozenset({"23505"}),
@@ -33,10 +34,17 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
 # libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
 # the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
 _CONNECT_MESSAGES: dict[str, str] = {
-    "28P01": "password authentication failed",
+    # PgBouncer's words for a user it cannot authenticate ('"trust" authentication failed'
+    # where auth_type=trust and the user is not in its auth_file)
+    "28P01": r'password authentication failed|"\w+" authentication failed',
     "28000": r'role ".*" does not exist|no pg_hba\.conf entry',
     "3D000": r'database ".*" does not exist',
 }
+DEFAULT_PORT = 5432
+#: an idle worker's longest sleep where LISTEN/NOTIFY wakes it (polling is the fallback)
+LISTEN_IDLE_MAX = 2.0
+#: URL options portq reads itself and never passes to libpq
+PORTQ_OPTIONS = frozenset({"listen_url"})
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 #: ``complete_many`` of the previous batch and ``claim`` of the next in one statement (one
 #: round trip instead of two; benchmarks/run.py measures it as ``raw complete_claim``),
@@ -64,11 +72,12 @@ class PostgresBackend(SqlBackend):
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
-    idle_max_default = 2.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
     announces_cancel = True  # cancel/cancel_many NOTIFY the cancel channel
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
+        self._listen_url = listen_url_of(self.url)
+        self._pooled: bool | None = None  # a pooler in between (read at connect)
         self.queries["complete_claim"] = COMPLETE_CLAIM.format(**{
             name: self.queries[name].strip().rstrip(";") for name in ("complete_many", "claim")})
 
@@ -86,14 +95,73 @@ class PostgresBackend(SqlBackend):
 
     def connect_kwargs(self) -> dict[str, Any]:
         """psycopg.connect() arguments from the URL (includes the password: never log)."""
-        kw: dict[str, Any] = {k: v for k, v in {
-            "host": self.url.host, "port": self.url.port, "user": self.url.username,
-            "password": self.url.password, "dbname": self.url.database}.items()
-            if v is not None}
-        kw.update(self.url.query)
-        kw.setdefault("connect_timeout", 10)
-        kw.setdefault("application_name", "portq")
-        return kw
+        return libpq_kwargs(self.url)
+
+    @property
+    def behind_pooler(self) -> bool:
+        """True when a connection pooler (PgBouncer, ...) stands between portq and
+        PostgreSQL: the process id a connection's start-up reported is not the server
+        process that runs its statements. Read at connect (opens one if none has been)."""
+        if self._pooled is None:
+            self.pool.release(self.pool.acquire())
+        return bool(self._pooled)
+
+    @property
+    def listen_url(self) -> DatabaseURL | None:
+        """Where LISTEN connects: the ``listen_url=`` option's URL (a direct connection
+        past a transaction-mode pooler), None (``listen_url=none``, or no option and a
+        pooler detected: workers poll), or the URL's own servers."""
+        if "listen_url" in self.url.query:
+            return self._listen_url
+        return None if self._pooled_or_unknown() else self.url
+
+    def _pooled_or_unknown(self) -> bool:
+        try:
+            return self.behind_pooler
+        except DatabaseError:  # unreachable for now: LISTEN is tried (and retried) later
+            return False
+
+    @property
+    def idle_max_default(self) -> float:
+        """Short (polling's) where nothing will announce new jobs, else LISTEN's."""
+        return LISTEN_IDLE_MAX if self.listen_url is not None else POLL_IDLE_MAX
+
+    @property
+    def listen_mode(self) -> str:
+        """What a worker's start-up line says about how it finds new jobs."""
+        target = self.listen_url
+        if target is None:
+            if "listen_url" in self.url.query:
+                return "polling (listen_url=none)"
+            return ("polling (a connection pooler is between portq and PostgreSQL, LISTEN "
+                    "cannot pass it: give listen_url=DIRECT_URL for LISTEN)")
+        if target is self.url:
+            return "LISTEN on the queue's URL"
+        return f"LISTEN via {target.redacted()}"
+
+    def listener(self, queues: Sequence[str]) -> PostgresListener | None:
+        if self.listen_url is None:
+            return None
+        return PostgresListener(self, [self.channel(q) for q in queues], self.cancel_channel)
+
+    def read_identity(self, conn: Any) -> ServerIdentity | None:
+        """The server's system identifier and current timeline (None when refused: a
+        role without access to pg_control_system())."""
+        try:
+            with conn.cursor() as cur:
+                row = self.execute(cur, "server_identity").fetchone()
+            conn.rollback()
+        except psycopg.errors.InsufficientPrivilege:
+            conn.rollback()
+            return None
+        self._pooled = conn.info.backend_pid != row[2]
+        if self._pooled:
+            # a transaction pooler may run the next transaction on another server process,
+            # which never saw this connection's prepared statements (PgBouncer < 1.21, or
+            # without max_prepared_statements): psycopg must not prepare any
+            conn.prepare_threshold = None
+        return ServerIdentity(str(row[0]), int(row[1]))
+
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):
@@ -151,8 +219,37 @@ class PostgresBackend(SqlBackend):
         (``'portq_#cancel'`` in queries.sql, prefixed; no queue's channel has a '#')."""
         return self.prefix + "#cancel"
 
-    def listener(self, queues: Sequence[str]) -> PostgresListener:
-        return PostgresListener(self, [self.channel(q) for q in queues], self.cancel_channel)
+
+def libpq_kwargs(url: DatabaseURL) -> dict[str, Any]:
+    """psycopg.connect() arguments of ``url`` (a host list as libpq's comma-separated
+    host and port; portq's own options left out). Holds the password: never log it."""
+    kw: dict[str, Any] = {k: v for k, v in {
+        "user": url.username, "password": url.password, "dbname": url.database}.items()
+        if v is not None}
+    kw["host"] = ",".join(host for host, _ in url.hosts)
+    if any(port is not None for _, port in url.hosts):
+        kw["port"] = ",".join(str(DEFAULT_PORT if p is None else p) for _, p in url.hosts)
+    kw.update((k, v) for k, v in url.query.items() if k not in PORTQ_OPTIONS)
+    kw.setdefault("connect_timeout", 10)
+    kw.setdefault("application_name", "portq")
+    return kw
+
+def listen_url_of(url: DatabaseURL) -> DatabaseURL | None:
+    """The URL LISTEN connects to: ``listen_url=`` (a PostgreSQL URL, percent-encoded, or
+    ``none`` to poll), else ``url`` itself."""
+    value = url.query.get("listen_url")
+    if value is None:
+        return url
+    if value.strip().lower() in ("none", "off", ""):
+        return None
+    target = parse_url(value)
+    if target.engine != "postgres":
+        raise ConfigurationError(
+            f"listen_url {target.redacted()!r} in {url.redacted()!r} is not a PostgreSQL "
+            "URL: LISTEN needs a direct connection to the same PostgreSQL database")
+    if "listen_url" in target.query:
+        raise ConfigurationError(f"listen_url {target.redacted()!r} has a listen_url itself")
+    return target
 
 
 def _connect_sqlstate(message: str) -> str:
@@ -193,8 +290,10 @@ class PostgresListener:
 
     def wait(self, timeout: float) -> bool:
         if self._conn is None:
+            target = self._backend.listen_url
+            assert target is not None  # a backend without one makes no listener
             conn = psycopg.connect(autocommit=True, **{
-                **self._backend.connect_kwargs(), "application_name": "portq-listen"})
+                **libpq_kwargs(target), "application_name": "portq-listen"})
             try:
                 for channel in self._channels:
                     conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))

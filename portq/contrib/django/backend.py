@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -37,7 +38,7 @@ from portq.backends import backend_for
 from portq.errors import Permanent, ResultError
 from portq.job import Job, JobError, JobRecord
 from portq.queue import Queue
-from portq.url import DatabaseURL, parse_url
+from portq.url import LIBPQ_CHOICES, DatabaseURL, parse_url
 
 #: Django's ``connection.vendor`` -> portq URL scheme (MariaDB's vendor is "mysql")
 VENDOR_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite",
@@ -66,11 +67,28 @@ def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> Database
             f"{', '.join(sorted(VENDOR_SCHEMES))} (or give OPTIONS url)")
     if scheme == "sqlite":
         return DatabaseURL(engine="sqlite", scheme="sqlite", database=str(db["NAME"]))
-    url = parse_url(f"{scheme}://localhost")  # engine and scheme, validated by portq
-    return DatabaseURL(engine=url.engine, scheme=scheme, host=db.get("HOST") or "localhost",
-                       port=int(db["PORT"]) if db.get("PORT") else None,
+    # HOST "h1,h2" with PORT "5432,5433" (or one port for all) is libpq's host list,
+    # which Django hands to psycopg as it is; portq's URL parser checks it the same way
+    hosts = str(db.get("HOST") or "localhost").split(",")
+    ports = str(db.get("PORT") or "").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    if len(ports) != len(hosts):
+        raise ImproperlyConfigured(
+            f"portq: Django database {alias!r} has {len(hosts)} HOST entries but "
+            f"{len(ports)} PORT entries; give one port, or one per host")
+    netloc = ",".join(("[" + h + "]" if ":" in h else h) + (":" + p if p else "")
+                      for h, p in zip(hosts, ports, strict=True))
+    options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
+    # engine, scheme, the host list and its options, validated by portq (a single HOST
+    # may be a socket directory, which no URL holds: it is taken as it is)
+    url = parse_url(f"{scheme}://{netloc if len(hosts) > 1 else 'localhost'}"
+                    + ("?" + urlencode(options) if options else ""))
+    return DatabaseURL(engine=url.engine, scheme=scheme, host=hosts[0],
+                       port=int(ports[0]) if ports[0] else None,
                        username=db.get("USER") or None, password=db.get("PASSWORD") or None,
-                       database=str(db["NAME"]) if db.get("NAME") else None)
+                       database=str(db["NAME"]) if db.get("NAME") else None,
+                       query=url.query, hosts=url.hosts if len(hosts) > 1 else ())
 
 
 class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
