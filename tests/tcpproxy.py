@@ -19,6 +19,16 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.accepted = 0
+        #: set: bytes are relayed; clear (:meth:`pause`): connections stay open but nothing
+        #: passes, as on a congested or partitioned link (replica lag)
+        self._flowing = threading.Event()
+        self._flowing.set()
+
+    def pause(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
 
     def start(self) -> TcpProxy:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -42,6 +52,7 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+        self._flowing.set()
         for thread in self._threads:
             thread.join(5)
         self._threads = [t for t in self._threads if t.is_alive()]
@@ -75,7 +86,12 @@ class TcpProxy:
                 sock.setblocking(False)
                 sel.register(sock, selectors.EVENT_READ)
             while True:
-                for key, _ in sel.select(timeout=1.0):
+                if not self._flowing.wait(0.2):
+                    with self._lock:
+                        if a not in self._sockets:
+                            return
+                    continue
+                for key, _ in sel.select(timeout=0.2):
                     src: socket.socket = key.fileobj  # type: ignore[assignment]
                     data = src.recv(65536)
                     if not data:

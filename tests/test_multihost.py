@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from tcpproxy import TcpProxy
 
 import portq
 from portq.backends.postgres import libpq_kwargs
@@ -24,7 +25,6 @@ from portq.job import Job
 from portq.protocol import ServerIdentity
 from portq.url import parse_url
 from portq.worker import Worker
-from tcpproxy import TcpProxy
 
 PG = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
