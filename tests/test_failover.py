@@ -122,8 +122,9 @@ def _caught_up(primary: pgcluster.Cluster) -> bool:
 
 
 def _no_tracebacks(logs: Logs) -> list[str]:
+    """Log records with a traceback, or spanning several lines."""
     return [r.getMessage() for r in logs.records
-            if r.exc_info or "Traceback" in r.getMessage()]
+            if r.exc_info or "Traceback" in r.getMessage() or "\n" in r.getMessage()]
 
 
 Started = tuple[list[portq.Queue], list[Worker], list[threading.Thread]]

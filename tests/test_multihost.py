@@ -303,3 +303,116 @@ def test_mysql_worker_through_a_proxy_survives_the_proxy_restarting() -> None:
         assert proxy.accepted > 2  # connections were made again after the restart
     finally:
         proxy.stop()
+
+
+# ---- through PgBouncer in transaction mode (.ci/pgbouncer.sh starts one) ----------------
+
+def _pgbouncer() -> tuple[str, str]:
+    """(URL through PgBouncer with listen_url=, the same without it)."""
+    url = os.environ.get("PORTQ_TEST_PGBOUNCER_URL")
+    if not url:
+        why = "PORTQ_TEST_PGBOUNCER_URL not set (bash .ci/pgbouncer.sh start prints one)"
+        if os.environ.get("PORTQ_REQUIRE_PGBOUNCER"):
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    base, _, query = url.partition("?")
+    rest = "&".join(p for p in query.split("&") if p and not p.startswith("listen_url="))
+    return url, base + (f"?{rest}" if rest else "")
+
+
+def test_pgbouncer_is_detected_and_workers_poll_without_prepared_statements(
+        caplog: pytest.LogCaptureFixture) -> None:
+    _, pooled = _pgbouncer()
+    qname = f"mh-{uuid.uuid4().hex[:8]}"
+    with portq.connect(pooled, prefix=PREFIX) as q:
+        q.migrate()
+        assert q.backend.behind_pooler
+        assert q.backend.listener([qname]) is None and q.backend.idle_max_default == 0.25
+        ids = q.enqueue_many([{"queue": qname, "payload": n} for n in range(400)])
+        ran: Counter[int] = Counter()
+        lock = threading.Lock()
+
+        def handler(job: Job) -> None:
+            with lock:
+                ran[job.id] += 1
+
+        # three workers share PgBouncer's server connections: each statement runs well past
+        # psycopg's prepare threshold (5) on connections that move between server processes
+        workers = [Worker(q, qname, handler, concurrency=2, burst=True, registry_interval=None,
+                          prune_interval=None) for _ in range(3)]
+        with caplog.at_level(logging.INFO):
+            threads = [threading.Thread(target=w.run) for w in workers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        assert sorted(ran) == sorted(ids) and set(ran.values()) == {1}
+        assert counts(q, qname)["succeeded"] == 400
+    started = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("worker.started")]
+    assert len(started) == 3 and all("new_jobs=polling (a connection pooler" in line
+                                     for line in started)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert errors == []
+
+
+def test_pgbouncer_with_listen_url_wakes_idle_workers_at_once() -> None:
+    with_listen, _ = _pgbouncer()
+    qname = f"mh-{uuid.uuid4().hex[:8]}"
+    started: list[float] = []
+    with portq.connect(with_listen, prefix=PREFIX) as q:
+        q.migrate()
+        assert q.backend.behind_pooler and q.backend.idle_max_default == 2.0
+        direct = q.backend.listen_url
+        assert direct is not None and direct is not q.backend.url
+        with portq.connect(str(parse_url(with_listen).query["listen_url"]),
+                           prefix=PREFIX) as d:
+            assert not d.backend.behind_pooler  # the direct URL has no pooler in between
+        worker = Worker(q, qname, lambda job: started.append(time.monotonic()),
+                        registry_interval=None, prune_interval=None)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            latencies = []
+            for n in range(3):
+                time.sleep(3)  # idle: the worker's sleeps have grown to idle_max (2 s)
+                at = time.monotonic()
+                q.enqueue(qname, n)  # NOTIFY through PgBouncer, heard on the direct one
+                assert wait_until(lambda n=n: len(started) > n, timeout=10)
+                latencies.append(started[n] - at)
+        finally:
+            worker.stop()
+            thread.join(30)
+    assert max(latencies) < 1.0, latencies
+
+
+def test_async_api_takes_a_host_list_and_says_how_it_finds_jobs(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    from portq import aio
+    url = _pg()
+    listed = _with_hosts(url, f"127.0.0.1:{_dead_port()},{url.host}:{url.port or 5432}",
+                         "target_session_attrs=read-write&listen_url=none")
+    qname = f"mh-{uuid.uuid4().hex[:8]}"
+    done: list[int] = []
+
+    async def handler(job: Job) -> None:
+        done.append(job.id)
+
+    async def main() -> int:
+        q = await aio.connect(listed, prefix=PREFIX)
+        try:
+            job_id = await q.enqueue(qname, {"n": 1})
+            await aio.AsyncWorker(q, qname, handler, burst=True, registry_interval=None,
+                                  prune_interval=None).run()
+            return job_id
+        finally:
+            await q.close()
+
+    with caplog.at_level(logging.INFO):
+        job_id = asyncio.run(main())
+    assert done == [job_id]
+    (line,) = [r.getMessage() for r in caplog.records
+               if r.getMessage().startswith("worker.started")]
+    assert "new_jobs=polling (listen_url=none)" in line and "(asyncio)" in line

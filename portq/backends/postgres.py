@@ -289,6 +289,20 @@ class PostgresListener:
         self._cancelled: list[tuple[int, int]] = []
 
     def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a notification; a driver error is raised as portq's
+        one-line error (the worker logs it as one WARNING line and retries)."""
+        try:
+            return self._wait(timeout)
+        except psycopg.Error as exc:
+            connecting = self._conn is None
+            self.close()
+            kind = self._backend.classify(exc)
+            error = self._backend.translate("listen", exc, kind, connecting=connecting)
+            raise error or DatabaseError(
+                f"listen: {type(exc).__name__}: {self._backend.url.scrub(one_line(str(exc)))}"
+            ) from None
+
+    def _wait(self, timeout: float) -> bool:
         if self._conn is None:
             target = self._backend.listen_url
             assert target is not None  # a backend without one makes no listener
