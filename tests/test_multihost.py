@@ -31,14 +31,19 @@ MYSQL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test
 PREFIX = "portqmh_"
 
 
-def _pg() -> Any:
-    url = parse_url(PG)
+def _migrated(text: str, label: str) -> Any:
+    """``text`` parsed, with portq's tables there; skip when its server is not reachable."""
+    url = parse_url(text)
     try:
-        with portq.connect(PG, prefix=PREFIX, pool_size=1) as q:
+        with portq.connect(text, prefix=PREFIX, pool_size=1) as q:
             q.migrate()
     except portq.DatabaseError as exc:
-        pytest.skip(f"no PostgreSQL at {url.redacted()}: {exc}")
+        pytest.skip(f"no {label} at {url.redacted()}: {exc}")
     return url
+
+
+def _pg() -> Any:
+    return _migrated(PG, "PostgreSQL")
 
 
 def _with_hosts(url: Any, netloc: str, query: str = "") -> str:
@@ -263,12 +268,7 @@ def test_mysql_worker_through_a_proxy_survives_the_proxy_restarting() -> None:
     proxy is cut (every relayed connection closed, nothing listening) for 2 s mid-run and
     comes back on the same port: the worker logs connection errors, reconnects, and every
     job succeeds."""
-    target = parse_url(MYSQL)
-    try:
-        with portq.connect(MYSQL, prefix=PREFIX, pool_size=1) as q:
-            q.migrate()
-    except portq.DatabaseError as exc:
-        pytest.skip(f"no MariaDB at {target.redacted()}: {exc}")
+    target = _migrated(MYSQL, "MariaDB")
     proxy = TcpProxy((target.host or "127.0.0.1", target.port or 3306)).start()
     via = MYSQL.replace(f"{target.host}:{target.port or 3306}", f"127.0.0.1:{proxy.port}")
     assert via != MYSQL

@@ -38,7 +38,8 @@ _CONNECT_MESSAGES: dict[str, str] = {
     # where auth_type=trust and the user is not in its auth_file)
     "28P01": r'password authentication failed|"\w+" authentication failed',
     "28000": r'role ".*" does not exist|no pg_hba\.conf entry',
-    "3D000": r'database ".*" does not exist',
+    # PgBouncer: "no such database: x" for a database its [databases] section lacks
+    "3D000": r'database ".*" does not exist|no such database: ',
 }
 DEFAULT_PORT = 5432
 #: an idle worker's longest sleep where LISTEN/NOTIFY wakes it (polling is the fallback)
