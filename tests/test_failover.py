@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pgcluster
@@ -49,6 +50,7 @@ class Run:
     generation: int
     worker: str
     start: float
+    claimed: datetime | None = None  # by the database clock (the claim's lease - lease)
     end: float | None = None
 
 
@@ -59,9 +61,11 @@ class Record:
     changes: list[tuple[float, ServerIdentity, ServerIdentity]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def handler(self, seconds: float, worker_name: str) -> object:
+    def handler(self, seconds: float, worker_name: str, lease: float) -> object:
         def handle(job: Job) -> None:
-            run = Run(job.id, job.attempt, worker_name, time.monotonic())
+            claimed = None if job.claim is None else \
+                job.claim.lease_until - timedelta(seconds=lease)
+            run = Run(job.id, job.attempt, worker_name, time.monotonic(), claimed)
             with self.lock:
                 self.runs.append(run)
             time.sleep(seconds)
@@ -137,7 +141,7 @@ def _start_workers(urls: str, qname: str, record: Record, seconds: float, lease:
         q = portq.connect(urls, prefix=PREFIX)
         q.backend.watch_identity(lambda old, new: record.changes.append(  # type: ignore[attr-defined]
             (time.monotonic(), old, new)))
-        w = Worker(q, qname, record.handler(seconds, f"w{i}"), concurrency=2, lease=lease,
+        w = Worker(q, qname, record.handler(seconds, f"w{i}", lease), concurrency=2, lease=lease,
                    reap_interval=1.0, reap_delay=0.1, registry_interval=None,
                    prune_interval=None, grace=1)
         queues.append(q)
@@ -178,10 +182,14 @@ def test_synchronous_failover_loses_nothing_and_no_generation_runs_twice(
             assert wait_until(lambda: len(record.runs) >= 300, timeout=60)
             primary.stop("immediate")
             standby.promote()
-            promoted = time.monotonic()
-            assert wait_until(lambda: any(r.start > promoted for r in record.runs),
-                              timeout=15)
-            resumed = min(r.start for r in record.runs if r.start > promoted) - promoted
+            promoted = datetime.fromisoformat(standby.psql("SELECT now()"))
+
+            def claimed_after() -> list[datetime]:
+                return [r.claimed for r in list(record.runs)
+                        if r.claimed is not None and r.claimed > promoted]
+            assert wait_until(lambda: bool(claimed_after()), timeout=15)
+            # the first claim the new primary granted, by its own clock
+            resumed = (min(claimed_after()) - promoted).total_seconds()
             with portq.connect(urls, prefix=PREFIX) as q:
                 assert wait_until(lambda: q.stats(qname)[0].succeeded == len(ids),
                                   timeout=120), q.stats(qname)
@@ -200,7 +208,7 @@ def test_synchronous_failover_loses_nothing_and_no_generation_runs_twice(
         assert _no_tracebacks(logs) == []
         warnings = [r for r in logs.records if r.levelno >= logging.WARNING]
         assert warnings  # the outage is logged
-        print(f"sync: {len(ids)} jobs, {reruns} reruns, resumed {resumed:.2f}s after the "
+        print(f"sync: {len(ids)} jobs, {reruns} reruns, resumed {resumed:.3f}s after the "
               f"promote, {len(warnings)} WARNING lines")
     finally:
         pgcluster.destroy(primary, standby)
@@ -266,3 +274,26 @@ def test_asynchronous_failover_with_lag_reruns_claims_of_the_lost_history(
         if link is not None:
             link.stop()
         pgcluster.destroy(primary, standby)
+
+
+def test_identity_is_none_where_the_control_functions_are_refused(root: Path) -> None:
+    """A role refused pg_control_system() (revoked on a throw-away cluster) still connects
+    and works; ``server_identity()`` is None and the pooler check still runs."""
+    primary = None
+    try:
+        primary = pgcluster.make_primary(root, pgcluster.spare_port(), synchronous=False)
+        primary.psql("CREATE ROLE app LOGIN; GRANT CREATE ON SCHEMA public TO app; "
+                     "REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC")
+        with portq.connect(f"postgresql://postgres@127.0.0.1:{primary.port}/postgres") as q:
+            assert q.backend.server_identity() is None  # no connection yet
+            q.backend.server_info()
+            assert q.backend.server_identity() is not None  # a superuser reads it
+        with portq.connect(f"postgresql://app@127.0.0.1:{primary.port}/postgres",
+                           prefix="app_") as q:
+            q.migrate()
+            job_id = q.enqueue("x", 1)
+            assert q.job(job_id) is not None
+            assert q.backend.server_identity() is None
+            assert q.backend.behind_pooler is False
+    finally:
+        pgcluster.destroy(primary)

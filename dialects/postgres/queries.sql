@@ -506,3 +506,8 @@ SELECT system_identifier::text,
        END,
        pg_backend_pid()
 FROM pg_control_system();
+
+-- name: backend_pid
+-- The server process running this statement (pooler detection where server_identity's
+-- functions are refused).
+SELECT pg_backend_pid();

@@ -147,22 +147,24 @@ class PostgresBackend(SqlBackend):
 
     def read_identity(self, conn: Any) -> ServerIdentity | None:
         """The server's system identifier and current timeline (None when refused: a
-        role without access to pg_control_system())."""
+        role without access to pg_control_system()); notes whether a pooler is between."""
+        identity = None
         try:
             with conn.cursor() as cur:
-                row = self.execute(cur, "server_identity").fetchone()
-            conn.rollback()
+                sysid, timeline, pid = self.execute(cur, "server_identity").fetchone()
+            identity = ServerIdentity(str(sysid), int(timeline))
         except psycopg.errors.InsufficientPrivilege:
             conn.rollback()
-            return None
-        self._pooled = conn.info.backend_pid != row[2]
+            with conn.cursor() as cur:
+                (pid,) = self.execute(cur, "backend_pid").fetchone()
+        conn.rollback()
+        self._pooled = conn.info.backend_pid != pid
         if self._pooled:
             # a transaction pooler may run the next transaction on another server process,
             # which never saw this connection's prepared statements (PgBouncer < 1.21, or
             # without max_prepared_statements): psycopg must not prepare any
             conn.prepare_threshold = None
-        return ServerIdentity(str(row[0]), int(row[1]))
-
+        return identity
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):
