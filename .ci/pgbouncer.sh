@@ -70,5 +70,5 @@ for _ in $(seq 1 30); do
     sleep 0.5
 done
 psql -h 127.0.0.1 -p "$port" -U postgres -tAc 'SELECT 1' "$db" >/dev/null
-say "PgBouncer $("$pgbouncer" --version | head -n 1) (transaction mode) on port $port"
+say "$("$pgbouncer" --version | head -n 1) (transaction mode) on port $port"
 echo "$url"
