@@ -236,10 +236,26 @@ def _split_host_list(rest: str, url: str) -> tuple[str, tuple[tuple[str, int | N
 
 def _query_host_list(pairs: list[tuple[str, str]], url: str) -> tuple[
         tuple[tuple[str, int | None], ...], list[tuple[str, str]]]:
-    """SQLAlchemy's multi-host spelling for psycopg, ``?host=h1:5432&host=h2:5432``: the
-    hosts, and the other options. libpq's own ``?host=h1,h2&port=...`` stays an option."""
+    """Hosts given as options when the URL's host part is empty: SQLAlchemy's spelling
+    for psycopg (``?host=h1:5432&host=h2:5432``) or libpq's keywords (``?host=h1,h2`` with
+    ``port=5432,5433`` or one port for all). Returns the hosts and the other options."""
     items = [v for k, v in pairs if k == "host"]
-    if len(items) < 2 and not any(":" in v and "," not in v for v in items):
+    ports = [v for k, v in pairs if k == "port"]
+    if len(items) == 1 and items[0].startswith("/"):
+        return (), pairs  # a Unix socket directory: libpq's own business
+    if len(items) == 1 and len(ports) <= 1:  # libpq: host=h1,h2 port=p1,p2
+        names = items[0].split(",")
+        numbers = ports[0].split(",") if ports else [""]
+        if len(numbers) == 1:
+            numbers = numbers * len(names)
+        if len(numbers) != len(names):
+            raise ConfigurationError(
+                f"database URL {_safe(url)!r} lists {len(names)} hosts but "
+                f"{len(numbers)} ports; give one port, or one per host")
+        items = [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
+                 for h, p in zip(names, numbers, strict=True)]
+        pairs = [(k, v) for k, v in pairs if k != "port"]
+    if not items:
         return (), pairs
     hosts = tuple(_host_port(item, url) for item in items)
     return hosts, [(k, v) for k, v in pairs if k != "host"]

@@ -91,6 +91,18 @@ def test_sqlalchemy_host_list_spelling_is_the_same_list() -> None:
     assert a.query == b.query and libpq_kwargs(a) == libpq_kwargs(b)
 
 
+def test_libpq_keyword_host_lists_are_the_same_list() -> None:
+    """libpq's keyword spelling, ``?host=h1,h2&port=p1,p2`` (or one port for all), with
+    an empty host part."""
+    a = parse_url("postgresql://app:pw@/shop?host=db1,db2&port=5432,5433&sslmode=prefer")
+    b = parse_url("postgresql://app:pw@db1:5432,db2:5433/shop?sslmode=prefer")
+    assert a.hosts == b.hosts and a.query == b.query == {"sslmode": "prefer"}
+    assert parse_url("postgresql://app@/shop?host=db1,db2&port=6432").hosts == (
+        ("db1", 6432), ("db2", 6432))
+    with pytest.raises(ConfigurationError, match="lists 2 hosts but 3 ports"):
+        parse_url("postgresql://app@/shop?host=db1,db2&port=1,2,3")
+
+
 @pytest.mark.parametrize("url,message", [
     ("postgresql://u@h1:5432,h2:x/db", "malformed host 'h2:x'"),
     ("postgresql://u@h1,,h2/db", "malformed host ''"),
@@ -153,6 +165,19 @@ def test_connect_skips_a_dead_host_and_reads_the_server_identity() -> None:
             assert conn.info.port == (url.port or 5432)
             conn.close()
         assert q.job(job_id) is not None
+
+
+def test_keyword_host_list_connects() -> None:
+    url = _pg()
+    auth = url.username + "@" if url.username else ""
+    text = (f"postgresql://{auth}/{url.database}?host=127.0.0.1,{url.host}"
+            f"&port={_dead_port()},{url.port or 5432}&target_session_attrs=read-write")
+    if url.password:
+        pytest.skip("the test server's URL has a password; this spelling is checked without")
+    with portq.connect(text, prefix=PREFIX) as q:
+        job_id = q.enqueue(f"mh-{uuid.uuid4().hex[:8]}", 1)
+        assert q.job(job_id) is not None
+        assert q.backend.url.multi_host
 
 
 def test_a_host_list_of_only_standbys_is_refused_for_read_write() -> None:
