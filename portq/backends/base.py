@@ -135,9 +135,6 @@ class SqlBackend(Backend):
     #: (SQLite): a Worker then writes its claims and its completions from one thread, so
     #: that its own threads never queue for the lock behind each other
     single_writer: ClassVar[bool] = False
-    #: True where cancelling a running job tells its worker at once (the listener's
-    #: ``take_cancelled``); elsewhere the worker learns it within one heartbeat
-    announces_cancel: ClassVar[bool] = False
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
                  pool_timeout: float = 30.0) -> None:
@@ -566,6 +563,12 @@ class SqlBackend(Backend):
     def announce(self, cur: Any, queues: Sequence[str]) -> None:
         """Tell idle workers of ``queues`` that jobs arrived, effective when the enqueuing
         transaction commits. Default: nothing; workers find new jobs by polling."""
+
+    @property
+    def announces_cancel(self) -> bool:
+        """True where cancelling a running job tells its worker at once (the listener's
+        ``take_cancelled``); elsewhere the worker learns it within one heartbeat."""
+        return False
 
     @property
     def idle_max_default(self) -> float:

@@ -73,7 +73,6 @@ class PostgresBackend(SqlBackend):
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
-    announces_cancel = True  # cancel/cancel_many NOTIFY the cancel channel
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -84,7 +83,7 @@ class PostgresBackend(SqlBackend):
 
     def connect(self) -> Any:
         try:
-            return psycopg.connect(autocommit=False, **self.connect_kwargs())
+            return psycopg.connect(autocommit=False, **libpq_kwargs(self.url))
         except psycopg.ProgrammingError as exc:
             if "invalid connection option" not in str(exc):
                 raise
@@ -95,8 +94,13 @@ class PostgresBackend(SqlBackend):
             ) from None
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """psycopg.connect() arguments from the URL (includes the password: never log)."""
-        return libpq_kwargs(self.url)
+        """psycopg.connect() arguments from the URL for connections portq's own pool does
+        not open (portq.aio's async pool): behind a pooler, with prepared statements off
+        (see :meth:`read_identity`). Includes the password: never log it."""
+        kw = libpq_kwargs(self.url)
+        if self._pooled_or_unknown():
+            kw["prepare_threshold"] = None
+        return kw
 
     @property
     def behind_pooler(self) -> bool:
@@ -121,6 +125,11 @@ class PostgresBackend(SqlBackend):
             return self.behind_pooler
         except DatabaseError:  # unreachable for now: LISTEN is tried (and retried) later
             return False
+
+    @property
+    def announces_cancel(self) -> bool:
+        """cancel/cancel_many NOTIFY the cancel channel: heard where workers LISTEN."""
+        return self.listen_url is not None
 
     @property
     def idle_max_default(self) -> float:
