@@ -441,3 +441,36 @@ def test_async_api_takes_a_host_list_and_says_how_it_finds_jobs(
     (line,) = [r.getMessage() for r in caplog.records
                if r.getMessage().startswith("worker.started")]
     assert "new_jobs=polling (listen_url=none)" in line and "(asyncio)" in line
+
+
+def test_pgbouncer_async_pool_never_prepares_statements(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """portq.aio's own psycopg pool through PgBouncer: handlers outlive a 0.9 s lease, so
+    renewals repeat far past psycopg's prepare threshold on client connections PgBouncer
+    multiplexes; none is refused and nothing is lost."""
+    import asyncio
+
+    from portq import aio
+    _, pooled = _pgbouncer()
+    qname = f"mh-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> list[Any]:
+        async with await aio.connect(pooled, prefix=PREFIX, pool_size=8) as q:
+
+            async def handler(job: Job) -> None:
+                for _ in range(6):  # reads beside the renewals, on other pooled connections
+                    assert await q.job(job.id) is not None
+                    await asyncio.sleep(0.25)
+
+            await q.enqueue_many([{"queue": qname, "payload": n} for n in range(16)])
+            return list(await asyncio.gather(*(
+                aio.AsyncWorker(q, qname, handler, concurrency=4, lease=0.9, burst=True,
+                                registry_interval=None, prune_interval=None).run()
+                for _ in range(2))))
+
+    with portq.connect(pooled, prefix=PREFIX) as q:
+        q.migrate()
+    with caplog.at_level(logging.WARNING):
+        counters = asyncio.run(main())
+    assert sum(c.succeeded for c in counters) == 16 and sum(c.lost for c in counters) == 0
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
