@@ -244,21 +244,27 @@ def _query_host_list(pairs: list[tuple[str, str]], url: str) -> tuple[
     if len(items) == 1 and items[0].startswith("/"):
         return (), pairs  # a Unix socket directory: libpq's own business
     if len(items) == 1 and len(ports) <= 1:  # libpq: host=h1,h2 port=p1,p2
-        names = items[0].split(",")
-        numbers = ports[0].split(",") if ports else [""]
-        if len(numbers) == 1:
-            numbers = numbers * len(names)
-        if len(numbers) != len(names):
-            raise ConfigurationError(
-                f"database URL {_safe(url)!r} lists {len(names)} hosts but "
-                f"{len(numbers)} ports; give one port, or one per host")
-        items = [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
-                 for h, p in zip(names, numbers, strict=True)]
+        items = host_items(items[0], ports[0] if ports else "",
+                           f"database URL {_safe(url)!r}")
         pairs = [(k, v) for k, v in pairs if k != "port"]
     if not items:
         return (), pairs
     hosts = tuple(_host_port(item, url) for item in items)
     return hosts, [(k, v) for k, v in pairs if k != "host"]
+
+
+def host_items(hosts: str, ports: str, where: str) -> list[str]:
+    """libpq's comma-separated ``host`` and ``port`` values (one port for all hosts, or
+    one per host) as the ``host:port`` items of a URL's host list (IPv6 in brackets)."""
+    names = hosts.split(",")
+    numbers = ports.split(",")
+    if len(numbers) == 1:
+        numbers = numbers * len(names)
+    if len(numbers) != len(names):
+        raise ConfigurationError(f"{where} lists {len(names)} hosts but {len(numbers)} "
+                                 "ports; give one port, or one per host")
+    return [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
+            for h, p in zip(names, numbers, strict=True)]
 
 
 def _check_libpq_options(query: dict[str, str], url: str) -> None:

@@ -268,7 +268,7 @@ def test_django_host_lists_become_libpq_host_lists() -> None:
                               "?target_session_attrs=read-write")
     assert url_for("postgresql", {**db, "PORT": "6432"}).hosts == (("db1", 6432),
                                                                    ("db2", 6432))
-    with pytest.raises(ImproperlyConfigured, match="2 HOST entries but 3 PORT"):
+    with pytest.raises(ImproperlyConfigured, match="lists 2 hosts but 3 ports"):
         url_for("postgresql", {**db, "PORT": "1,2,3"})
     with pytest.raises(Exception, match="a proxy or a virtual IP"):
         url_for("mysql", {**db, "OPTIONS": {}})

@@ -35,10 +35,10 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from portq.backends import backend_for
-from portq.errors import Permanent, ResultError
+from portq.errors import ConfigurationError, Permanent, ResultError
 from portq.job import Job, JobError, JobRecord
 from portq.queue import Queue
-from portq.url import LIBPQ_CHOICES, DatabaseURL, parse_url
+from portq.url import LIBPQ_CHOICES, DatabaseURL, host_items, parse_url
 
 #: Django's ``connection.vendor`` -> portq URL scheme (MariaDB's vendor is "mysql")
 VENDOR_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite",
@@ -69,16 +69,12 @@ def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> Database
         return DatabaseURL(engine="sqlite", scheme="sqlite", database=str(db["NAME"]))
     # HOST "h1,h2" with PORT "5432,5433" (or one port for all) is libpq's host list,
     # which Django hands to psycopg as it is; portq's URL parser checks it the same way
-    hosts = str(db.get("HOST") or "localhost").split(",")
-    ports = str(db.get("PORT") or "").split(",")
-    if len(ports) == 1:
-        ports = ports * len(hosts)
-    if len(ports) != len(hosts):
-        raise ImproperlyConfigured(
-            f"portq: Django database {alias!r} has {len(hosts)} HOST entries but "
-            f"{len(ports)} PORT entries; give one port, or one per host")
-    netloc = ",".join(("[" + h + "]" if ":" in h else h) + (":" + p if p else "")
-                      for h, p in zip(hosts, ports, strict=True))
+    host_text, port_text = str(db.get("HOST") or "localhost"), str(db.get("PORT") or "")
+    hosts, ports = host_text.split(","), port_text.split(",")
+    try:
+        netloc = ",".join(host_items(host_text, port_text, f"portq: Django database {alias!r}"))
+    except ConfigurationError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
     options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
     # engine, scheme, the host list and its options, validated by portq (a single HOST
     # may be a socket directory, which no URL holds: it is taken as it is)
