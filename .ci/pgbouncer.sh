@@ -3,7 +3,8 @@
 # in front of the local PostgreSQL 15 (127.0.0.1:5432), with its own configuration in a
 # temporary directory (never the system service), and print the URL portq uses through
 # it: the database test_pgbouncer (created if missing) via PgBouncer, with listen_url=
-# naming a direct connection for LISTEN.
+# naming a direct connection for LISTEN. Its pool holds at most 20 server connections, so
+# that it and the direct conformance run stay under PostgreSQL's max_connections (100).
 #
 #   bash .ci/pgbouncer.sh start    start (idempotent: a PgBouncer of ours still running is
 #                                  reused) and print the URL
@@ -56,7 +57,7 @@ pool_mode = transaction
 auth_type = trust
 auth_file = $root/userlist.txt
 max_client_conn = 500
-default_pool_size = 40
+default_pool_size = 20
 logfile = $root/pgbouncer.log
 pidfile = $root/pgbouncer.pid
 EOF
