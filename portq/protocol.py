@@ -81,6 +81,20 @@ class Capabilities:
     announces_cancel: bool = False
 
 
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Which server history a connection reached (PostgreSQL: the cluster's system
+    identifier, shared by a primary and its physical standbys, and the timeline, which a
+    promotion advances). Two connections with different identities are on different
+    histories: what one committed the other may never have seen."""
+
+    system_identifier: str
+    timeline: int
+
+    def __str__(self) -> str:
+        return f"system {self.system_identifier} timeline {self.timeline}"
+
+
 class Backend(ABC):
     """One database engine. Methods without ``conn`` run in their own short transaction."""
 
@@ -297,3 +311,9 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Close every pooled connection."""
+
+    def server_identity(self) -> ServerIdentity | None:
+        """The history of the server that the newest connection reached, read when it was
+        opened; None where the engine has no such thing (every engine but PostgreSQL) or
+        before the first connection."""
+        return None

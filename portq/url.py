@@ -36,6 +36,17 @@ _SECRET_OPTION = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
 _SECRET_PAIR = re.compile(
     r"(?i)((?:^|(?<=[?&;\s]))[\w.-]*(?:pass|pwd|secret|token)[\w.-]*\s*=\s*)"
     r"(\{(?:[^}]|\}\})*\}?|[^;&]*)")
+#: libpq's multi-host options and the values it accepts (PostgreSQL 16+ for
+#: load_balance_hosts; psycopg 3 applies both itself, whatever its libpq)
+LIBPQ_CHOICES: dict[str, tuple[str, ...]] = {
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby",
+                             "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"),
+}
+#: a host list is a PostgreSQL (libpq) form; the others are given one address
+PROXY_HINT = ("put a proxy or a virtual IP (ProxySQL, MaxScale, HAProxy, a cloud "
+              "endpoint) in front of the servers and give its one address "
+              "(docs/operations.md, 'Failover')")
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,23 @@ class DatabaseURL:
     password: str | None = field(default=None, repr=False)
     database: str | None = None
     query: dict[str, str] = field(default_factory=dict)
+    #: every (host, port) of a libpq host list, in order; ``host``/``port`` are the first
+    hosts: tuple[tuple[str, int | None], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.hosts and self.host is not None:
+            object.__setattr__(self, "hosts", ((self.host, self.port),))
+
+    @property
+    def multi_host(self) -> bool:
+        """True for a libpq host list (``postgresql://u@h1:5432,h2:5432/db``)."""
+        return len(self.hosts) > 1
+
+    @property
+    def netloc_hosts(self) -> str:
+        """The host list as written in a URL (IPv6 addresses in brackets), no user."""
+        return ",".join(("[" + h + "]" if ":" in h else h) + ("" if p is None else f":{p}")
+                        for h, p in self.hosts)
 
     @property
     def driver(self) -> str | None:
@@ -68,14 +96,9 @@ class DatabaseURL:
         auth = ""
         if self.username is not None:
             auth = self.username + (":***" if self.password is not None else "") + "@"
-        host = self.host or ""
-        if ":" in host:
-            host = f"[{host}]"
-        port = f":{self.port}" if self.port is not None else ""
         db = f"/{self.database}" if self.database else ""
-        qs = "&".join(f"{k}={'***' if _SECRET_OPTION.search(k) else redact_text(v)}"
-                      for k, v in self.query.items())
-        return f"{self.scheme}://{auth}{host}{port}{db}" + (f"?{qs}" if qs else "")
+        qs = "&".join(f"{k}={_redacted_option(k, v)}" for k, v in self.query.items())
+        return f"{self.scheme}://{auth}{self.netloc_hosts}{db}" + (f"?{qs}" if qs else "")
 
     def secrets(self) -> list[str]:
         """Every secret this URL holds (password, secret query options, passwords inside
@@ -84,6 +107,11 @@ class DatabaseURL:
         for key, value in self.query.items():
             if _SECRET_OPTION.search(key):
                 found.add(value)
+            if key == "listen_url" and "://" in value:  # a URL inside: its own secrets
+                try:
+                    found.update(parse_url(value).secrets())
+                except ConfigurationError:
+                    found.add(value)
             for m in _SECRET_PAIR.finditer(value):
                 found.add(m.group(2))
                 found.add(m.group(2).strip("{}").replace("}}", "}"))
@@ -133,11 +161,15 @@ def parse_url(url: str) -> DatabaseURL:
         raise ConfigurationError(
             f"malformed database URL {_safe(url)!r}: it holds a '#'; percent-encode it "
             "(%23) where it is part of a password")
+    rest, hosts = _split_host_list(rest, url)
     try:
         parts = urlsplit(f"x://{rest}")
         port = parts.port
     except ValueError as exc:
         raise ConfigurationError(f"malformed database URL {_safe(url)!r}: {exc}") from None
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if engine == "postgres" and not parts.hostname and not hosts:
+        hosts, pairs = _query_host_list(pairs, url)  # SQLAlchemy's ?host=h1:p1&host=h2:p2
     before_at = rest.partition("@")[0]
     if "@" in parts.path or any("@" in key for key, _ in parse_qsl(
             parts.query, keep_blank_values=True)) or (
@@ -149,19 +181,109 @@ def parse_url(url: str) -> DatabaseURL:
             f"malformed database URL {_safe(url)!r}: an '@' after the host suggests a "
             "password holding '/' or '?'; percent-encode those characters (%2F, %3F; "
             "'@' is %40)")
-    if not parts.hostname:
-        raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
+    if not hosts:
+        if not parts.hostname:
+            raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
+        hosts = ((parts.hostname, port),)
+    if len(hosts) > 1 and engine != "postgres":
+        raise ConfigurationError(
+            f"database URL {_safe(url)!r} lists {len(hosts)} hosts; a host list is "
+            f"PostgreSQL's (libpq) form, not {base}'s: {PROXY_HINT}")
+    query = dict(pairs)
+    if engine == "postgres":
+        _check_libpq_options(query, url)
     database = unquote(parts.path.lstrip("/")) or None
     return DatabaseURL(
         engine=engine,
         scheme=raw_scheme.lower(),
-        host=parts.hostname,
-        port=port,
+        host=hosts[0][0],
+        port=hosts[0][1],
         username=unquote(parts.username) if parts.username is not None else None,
         password=unquote(parts.password) if parts.password is not None else None,
         database=database,
-        query=dict(parse_qsl(parts.query, keep_blank_values=True)),
+        query=query,
+        hosts=hosts,
     )
+
+
+def _host_port(item: str, url: str) -> tuple[str, int | None]:
+    """One ``host[:port]`` (``[v6]:port``) of a host list."""
+    try:
+        parts = urlsplit(f"x://{item}")
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"malformed host {item!r} in database URL {_safe(url)!r}: {exc}") from None
+    if not host or parts.path or parts.username is not None:
+        raise ConfigurationError(
+            f"malformed host {item!r} in database URL {_safe(url)!r}: expected host or "
+            "host:port, hosts separated by ','")
+    return host, port
+
+
+def _split_host_list(rest: str, url: str) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+    """``rest`` with a libpq host list (``h1:p1,h2:p2``) cut to its first host, and the
+    list; no list: ``rest`` unchanged and ()."""
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc = rest[:end]
+    userinfo, at, hostlist = netloc.rpartition("@")
+    if "," not in hostlist:
+        return rest, ()
+    hosts = tuple(_host_port(item, url) for item in hostlist.split(","))
+    first = hostlist.split(",", 1)[0]
+    return userinfo + at + first + rest[end:], hosts
+
+
+def _query_host_list(pairs: list[tuple[str, str]], url: str) -> tuple[
+        tuple[tuple[str, int | None], ...], list[tuple[str, str]]]:
+    """Hosts given as options when the URL's host part is empty: SQLAlchemy's spelling
+    for psycopg (``?host=h1:5432&host=h2:5432``) or libpq's keywords (``?host=h1,h2`` with
+    ``port=5432,5433`` or one port for all). Returns the hosts and the other options."""
+    items = [v for k, v in pairs if k == "host"]
+    ports = [v for k, v in pairs if k == "port"]
+    if len(items) == 1 and items[0].startswith("/"):
+        return (), pairs  # a Unix socket directory: libpq's own business
+    if len(items) == 1 and len(ports) <= 1:  # libpq: host=h1,h2 port=p1,p2
+        items = host_items(items[0], ports[0] if ports else "",
+                           f"database URL {_safe(url)!r}")
+        pairs = [(k, v) for k, v in pairs if k != "port"]
+    if not items:
+        return (), pairs
+    hosts = tuple(_host_port(item, url) for item in items)
+    return hosts, [(k, v) for k, v in pairs if k != "host"]
+
+
+def host_items(hosts: str, ports: str, where: str) -> list[str]:
+    """libpq's comma-separated ``host`` and ``port`` values (one port for all hosts, or
+    one per host) as the ``host:port`` items of a URL's host list (IPv6 in brackets)."""
+    names = hosts.split(",")
+    numbers = ports.split(",")
+    if len(numbers) == 1:
+        numbers = numbers * len(names)
+    if len(numbers) != len(names):
+        raise ConfigurationError(f"{where} lists {len(names)} hosts but {len(numbers)} "
+                                 "ports; give one port, or one per host")
+    return [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
+            for h, p in zip(names, numbers, strict=True)]
+
+
+def _check_libpq_options(query: dict[str, str], url: str) -> None:
+    for key, allowed in LIBPQ_CHOICES.items():
+        if key in query and query[key] not in allowed:
+            raise ConfigurationError(
+                f"{key}={query[key]!r} in database URL {_safe(url)!r} is not one of "
+                f"{', '.join(allowed)}")
+
+
+def _redacted_option(key: str, value: str) -> str:
+    if _SECRET_OPTION.search(key):
+        return "***"
+    if key == "listen_url" and "://" in value:
+        try:
+            return parse_url(value).redacted()
+        except ConfigurationError:
+            return "***"
+    return redact_text(value)
 
 
 def _parse_sqlite(scheme: str, rest: str, url: str) -> DatabaseURL:

@@ -249,3 +249,26 @@ def test_django_vendors_map_to_portq_engines(vendor: str, engine: str) -> None:
         assert (url.host, url.port, url.username, url.password) == ("db", 1, "app", "p@ss:w/rd")
     with pytest.raises(Exception, match="portq supports"):
         url_for("cockroach", db)
+
+
+def test_django_host_lists_become_libpq_host_lists() -> None:
+    """Django hands HOST "h1,h2" / PORT "p1,p2" to psycopg as libpq's host list: portq's URL
+    for it lists the same hosts, keeps target_session_attrs, and never shows the password."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from portq.backends.postgres import libpq_kwargs
+    from portq.contrib.django.backend import url_for
+    db = {"NAME": "shop", "USER": "app", "PASSWORD": "s3cret", "HOST": "db1,db2",
+          "PORT": "5432,5433", "OPTIONS": {"target_session_attrs": "read-write"}}
+    url = url_for("postgresql", db)
+    assert url.hosts == (("db1", 5432), ("db2", 5433))
+    assert libpq_kwargs(url)["host"] == "db1,db2" and libpq_kwargs(url)["port"] == "5432,5433"
+    assert url.query == {"target_session_attrs": "read-write"}
+    assert url.redacted() == ("postgresql://app:***@db1:5432,db2:5433/shop"
+                              "?target_session_attrs=read-write")
+    assert url_for("postgresql", {**db, "PORT": "6432"}).hosts == (("db1", 6432),
+                                                                   ("db2", 6432))
+    with pytest.raises(ImproperlyConfigured, match="lists 2 hosts but 3 ports"):
+        url_for("postgresql", {**db, "PORT": "1,2,3"})
+    with pytest.raises(Exception, match="a proxy or a virtual IP"):
+        url_for("mysql", {**db, "OPTIONS": {}})

@@ -11,7 +11,8 @@ from portq.sql import bind, dialects_dir, load_migrations, load_queries, validat
 
 ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
 # engine-specific extras
-OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk"}
+OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "server_identity",
+            "backend_pid"}
 
 
 def _available() -> list[str]:

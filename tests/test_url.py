@@ -98,13 +98,16 @@ FORMS = {
                                "postgresql+asyncpg"]),
        host=st.sampled_from(["127.0.0.1:5432", "db.example", "127.0.0.1", "127.0.0.1:bad",
                              "[::1]:99999",
-                             "", "h:1/x/y"]))
+                             "", "h:1/x/y", "h1:5432,h2:5433", "h1,[::1]:5", "h1:5432,h2:x",
+                             "h1,,h2"]))
 @example(password="hunter2", form="password option", scheme="postgresql",
          host="127.0.0.1:bad")
 @example(password="p@ss@x", form="userinfo raw", scheme="postgresql", host="127.0.0.1:bad")
 @example(password="12/abc", form="userinfo raw", scheme="postgresql", host="db.example")
 @example(password="p@ss/word", form="userinfo raw", scheme="postgresql", host="127.0.0.1")
 @example(password="se;c}r{t", form="odbc_connect", scheme="mssql", host="db.example")
+@example(password="p@ss,w:rd", form="userinfo raw", scheme="postgresql", host="h1:5432,h2:5433")
+@example(password="p@ss,w:rd", form="userinfo raw", scheme="mysql", host="h1:5432,h2:5433")
 def test_a_password_is_never_shown(password: str, form: str, scheme: str, host: str) -> None:
     password = "§" + password   # never part of portq's own message text ("psycop...")
     enc = quote(password, safe="")

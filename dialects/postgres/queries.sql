@@ -566,3 +566,22 @@ WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
 GROUP BY concurrency_key
 ORDER BY count(*) DESC, concurrency_key
 LIMIT :limit;
+
+-- name: server_identity
+-- The cluster's system identifier (a standby made by pg_basebackup shares its primary's)
+-- and the timeline this server writes (a primary: its current WAL file's; a standby: the
+-- timeline of its last restartpoint). A promotion moves to a new timeline at once; the
+-- checkpoint record may lag, so a primary reads it from pg_current_wal_lsn().
+-- pg_backend_pid() differs from the process id the connection's start-up reported
+-- where a connection pooler (PgBouncer) stands between portq and the server.
+SELECT system_identifier::text,
+       CASE WHEN pg_is_in_recovery() THEN (SELECT timeline_id FROM pg_control_checkpoint())
+            ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int
+       END,
+       pg_backend_pid()
+FROM pg_control_system();
+
+-- name: backend_pid
+-- The server process running this statement (pooler detection where server_identity's
+-- functions are refused).
+SELECT pg_backend_pid();

@@ -47,7 +47,7 @@ from portq.job import (
     WorkerInfo,
 )
 from portq.pool import Pool, close_quietly
-from portq.protocol import Backend, Capabilities, NewJob
+from portq.protocol import Backend, Capabilities, NewJob, ServerIdentity
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
 from portq.url import DatabaseURL
 
@@ -117,6 +117,11 @@ class Listener(Protocol):
         """Close the connection."""
 
 
+def listen_mode(backend: SqlBackend, listen: bool) -> str:
+    """How a worker with ``listen`` finds new jobs on ``backend`` (its start-up line)."""
+    return backend.listen_mode if listen else "polling (listen=False)"
+
+
 class SqlBackend(Backend):
     """Protocol operations driven by the named statements of ``dialects/<engine>/``."""
 
@@ -129,14 +134,11 @@ class SqlBackend(Backend):
     #: a worker's longest idle sleep between claims of an empty queue unless given: where
     #: nothing announces new jobs (no :meth:`listener`) polling is what a new job waits
     #: for, so it stays short (at most ~6.7 claims/s per idle worker)
-    idle_max_default: ClassVar[float] = POLL_IDLE_MAX
+    default_idle_max: ClassVar[float] = POLL_IDLE_MAX
     #: True where the database has one write lock whose waiters sleep in a busy handler
     #: (SQLite): a Worker then writes its claims and its completions from one thread, so
     #: that its own threads never queue for the lock behind each other
     single_writer: ClassVar[bool] = False
-    #: True where cancelling a running job tells its worker at once (the listener's
-    #: ``take_cancelled``); elsewhere the worker learns it within one heartbeat
-    announces_cancel: ClassVar[bool] = False
 
     def __init__(self, url: DatabaseURL, *, prefix: str = "portq_", pool_size: int = 10,
                  pool_timeout: float = 30.0, statement_timeout_ms: int | None = None) -> None:
@@ -157,6 +159,8 @@ class SqlBackend(Backend):
         # queue -> monotonic time until which its claims settle concurrency keys in the
         # claim's own transaction (a recent claim returned keyed jobs)
         self._keyed_until: dict[str, float] = {}
+        self._identity: ServerIdentity | None = None
+        self._identity_watchers: list[Callable[[ServerIdentity, ServerIdentity], object]] = []
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
@@ -230,6 +234,7 @@ class SqlBackend(Backend):
                 except BaseException:
                     close_quietly(conn)
                     raise
+            self._note_identity(conn)
             return conn
         except PortqError:
             raise
@@ -245,6 +250,40 @@ class SqlBackend(Backend):
         """Make the database stop any statement of ``conn`` that runs longer than ``ms``
         milliseconds (raising an error :meth:`classify` calls ``TIMEOUT``)."""
         raise ConfigurationError(f"statement_timeout_ms is not supported on {self.engine}")
+
+    # ---- server identity (failover to a different history) -------------------------------
+
+    def read_identity(self, conn: Any) -> ServerIdentity | None:
+        """The identity of the server ``conn`` reached (engine hook; default: none)."""
+        return None
+
+    def server_identity(self) -> ServerIdentity | None:
+        with self._lock:
+            return self._identity
+
+    def watch_identity(self, callback: Callable[[ServerIdentity, ServerIdentity], object]
+                       ) -> None:
+        """Call ``callback(old, new)`` once each time a new connection reaches a server
+        whose identity differs from the previous connection's (a failover to a standby,
+        a restore): every claim made before it may be unknown to the new server. Called in
+        the thread that opened the connection, before that connection is used."""
+        with self._lock:
+            self._identity_watchers.append(callback)
+
+    def _note_identity(self, conn: Any) -> None:
+        try:
+            identity = self.read_identity(conn)
+        except BaseException:
+            close_quietly(conn)
+            raise
+        if identity is None:
+            return
+        with self._lock:
+            old, self._identity = self._identity, identity
+            watchers = list(self._identity_watchers) if old not in (None, identity) else []
+        for callback in watchers:
+            assert old is not None
+            callback(old, identity)
 
     def translate(self, op: str, exc: BaseException, kind: ErrorKind, *,
                   connecting: bool = False, attempts: int = 1) -> PortqError | None:
@@ -572,6 +611,22 @@ class SqlBackend(Backend):
                             idle_max_default=self.idle_max_default,
                             in_memory=bool(getattr(self, "in_memory", False)),
                             announces_cancel=self.announces_cancel)
+
+    @property
+    def announces_cancel(self) -> bool:
+        """True where cancelling a running job tells its worker at once (the listener's
+        ``take_cancelled``); elsewhere the worker learns it within one heartbeat."""
+        return False
+
+    @property
+    def idle_max_default(self) -> float:
+        """A worker's longest idle sleep unless given (see ``default_idle_max``)."""
+        return self.default_idle_max
+
+    @property
+    def listen_mode(self) -> str:
+        """How a worker finds new jobs, for its start-up line."""
+        return "polling"
 
     def listener(self, queues: Sequence[str]) -> Listener | None:
         """A :class:`Listener` for what :meth:`announce` sends, or None where workers only

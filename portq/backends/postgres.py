@@ -15,11 +15,12 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.types.datetime import TimestamptzLoader
 
-from portq.backends.base import ErrorKind, SqlBackend, one_line
-from portq.errors import ConfigurationError
+from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, one_line
+from portq.errors import ConfigurationError, DatabaseError
 from portq.job import EnqueueResult
 from portq.pool import close_quietly
-from portq.protocol import NewJob
+from portq.protocol import NewJob, ServerIdentity
+from portq.url import DatabaseURL, parse_url
 
 _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
     ErrorKind.UNIQUE: frozenset({"23505"}),
@@ -36,10 +37,18 @@ _ERROR_CODES: dict[ErrorKind, frozenset[object]] = {  # SQLSTATEs
 # libpq gives no SQLSTATE for an error while connecting (psycopg's ``sqlstate`` is None):
 # the server's words for those codes, as sent in its FATAL message (lc_messages=C/en)
 _CONNECT_MESSAGES: dict[str, str] = {
-    "28P01": "password authentication failed",
+    # PgBouncer's words for a user it cannot authenticate ('"trust" authentication failed'
+    # where auth_type=trust and the user is not in its auth_file)
+    "28P01": r'password authentication failed|"\w+" authentication failed',
     "28000": r'role ".*" does not exist|no pg_hba\.conf entry',
-    "3D000": r'database ".*" does not exist',
+    # PgBouncer: "no such database: x" for a database its [databases] section lacks
+    "3D000": r'database ".*" does not exist|no such database: ',
 }
+DEFAULT_PORT = 5432
+#: an idle worker's longest sleep where LISTEN/NOTIFY wakes it (polling is the fallback)
+LISTEN_IDLE_MAX = 2.0
+#: URL options portq reads itself and never passes to libpq
+PORTQ_OPTIONS = frozenset({"listen_url"})
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
 #: ``complete_many`` of the previous batch and ``claim`` of the next in one statement (one
 #: round trip instead of two; benchmarks/run.py measures it as ``raw complete_claim``),
@@ -73,17 +82,17 @@ class PostgresBackend(SqlBackend):
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
-    idle_max_default = 2.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
-    announces_cancel = True  # cancel/cancel_many NOTIFY the cancel channel
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
+        self._listen_url = listen_url_of(self.url)
+        self._pooled: bool | None = None  # a pooler in between (read at connect)
         self.queries["complete_claim"] = COMPLETE_CLAIM.format(**{
             name: self.queries[name].strip().rstrip(";") for name in ("complete_many", "claim")})
 
     def connect(self) -> Any:
         try:
-            return psycopg.connect(autocommit=False, **self.connect_kwargs())
+            return psycopg.connect(autocommit=False, **libpq_kwargs(self.url))
         except psycopg.ProgrammingError as exc:
             if "invalid connection option" not in str(exc):
                 raise
@@ -94,18 +103,86 @@ class PostgresBackend(SqlBackend):
             ) from None
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """psycopg.connect() arguments from the URL (includes the password: never log)."""
-        kw: dict[str, Any] = {k: v for k, v in {
-            "host": self.url.host, "port": self.url.port, "user": self.url.username,
-            "password": self.url.password, "dbname": self.url.database}.items()
-            if v is not None}
-        kw.update(self.url.query)
-        kw.setdefault("connect_timeout", 10)
-        kw.setdefault("application_name", "portq")
-        # a server that vanished is noticed within about a minute, idle or mid-statement
-        for name, value in KEEPALIVES.items():
-            kw.setdefault(name, value)
+        """psycopg.connect() arguments from the URL for connections portq's own pool does
+        not open (portq.aio's async pool): behind a pooler, with prepared statements off
+        (see :meth:`read_identity`). Includes the password: never log it."""
+        kw = libpq_kwargs(self.url)
+        if self._pooled_or_unknown():
+            kw["prepare_threshold"] = None
         return kw
+
+    @property
+    def behind_pooler(self) -> bool:
+        """True when a connection pooler (PgBouncer, ...) stands between portq and
+        PostgreSQL: the process id a connection's start-up reported is not the server
+        process that runs its statements. Read at connect (opens one if none has been)."""
+        if self._pooled is None:
+            self.pool.release(self.pool.acquire())
+        return bool(self._pooled)
+
+    @property
+    def listen_url(self) -> DatabaseURL | None:
+        """Where LISTEN connects: the ``listen_url=`` option's URL (a direct connection
+        past a transaction-mode pooler), None (``listen_url=none``, or no option and a
+        pooler detected: workers poll), or the URL's own servers."""
+        if "listen_url" in self.url.query:
+            return self._listen_url
+        return None if self._pooled_or_unknown() else self.url
+
+    def _pooled_or_unknown(self) -> bool:
+        try:
+            return self.behind_pooler
+        except DatabaseError:  # unreachable for now: LISTEN is tried (and retried) later
+            return False
+
+    @property
+    def announces_cancel(self) -> bool:
+        """cancel/cancel_many NOTIFY the cancel channel: heard where workers LISTEN."""
+        return self.listen_url is not None
+
+    @property
+    def idle_max_default(self) -> float:
+        """Short (polling's) where nothing will announce new jobs, else LISTEN's."""
+        return LISTEN_IDLE_MAX if self.listen_url is not None else POLL_IDLE_MAX
+
+    @property
+    def listen_mode(self) -> str:
+        """What a worker's start-up line says about how it finds new jobs."""
+        target = self.listen_url
+        if target is None:
+            if "listen_url" in self.url.query:
+                return "polling (listen_url=none)"
+            return ("polling (a connection pooler is between portq and PostgreSQL, LISTEN "
+                    "cannot pass it: give listen_url=DIRECT_URL for LISTEN)")
+        if target is self.url:
+            return "LISTEN on the queue's URL"
+        return f"LISTEN via {target.redacted()}"
+
+    def listener(self, queues: Sequence[str]) -> PostgresListener | None:
+        if self.listen_url is None:
+            return None
+        return PostgresListener(self, [self.channel(q) for q in queues], self.cancel_channel)
+
+    def read_identity(self, conn: Any) -> ServerIdentity | None:
+        """The server's system identifier and current timeline (None when refused: a
+        role without access to pg_control_system()); notes whether a pooler is between."""
+        identity = None
+        try:
+            with conn.cursor() as cur:
+                sysid, timeline, pid = self.execute(cur, "server_identity").fetchone()
+            identity = ServerIdentity(str(sysid), int(timeline))
+        except psycopg.errors.InsufficientPrivilege:
+            conn.rollback()
+            with conn.cursor() as cur:
+                (pid,) = self.execute(cur, "backend_pid").fetchone()
+        conn.rollback()
+        self._pooled = conn.info.backend_pid != pid
+        if self._pooled:
+            # a transaction pooler may run the next transaction on another server process,
+            # which never saw this connection's prepared statements (PgBouncer < 1.21, or
+            # without max_prepared_statements): psycopg must not prepare any
+            conn.prepare_threshold = None
+        return identity
 
     def to_db_time(self, value: datetime) -> Any:
         """Aware (UTC): psycopg sends it with its offset, so that the server's reading
@@ -184,8 +261,41 @@ class PostgresBackend(SqlBackend):
         (``'portq_#cancel'`` in queries.sql, prefixed; no queue's channel has a '#')."""
         return self.prefix + "#cancel"
 
-    def listener(self, queues: Sequence[str]) -> PostgresListener:
-        return PostgresListener(self, [self.channel(q) for q in queues], self.cancel_channel)
+
+def libpq_kwargs(url: DatabaseURL) -> dict[str, Any]:
+    """psycopg.connect() arguments of ``url`` (a host list as libpq's comma-separated
+    host and port; portq's own options left out). Holds the password: never log it."""
+    kw: dict[str, Any] = {k: v for k, v in {
+        "user": url.username, "password": url.password, "dbname": url.database}.items()
+        if v is not None}
+    kw["host"] = ",".join(host for host, _ in url.hosts)
+    if any(port is not None for _, port in url.hosts):
+        kw["port"] = ",".join(str(DEFAULT_PORT if p is None else p) for _, p in url.hosts)
+    kw.update((k, v) for k, v in url.query.items() if k not in PORTQ_OPTIONS)
+    kw.setdefault("connect_timeout", 10)
+    kw.setdefault("application_name", "portq")
+    # a server that vanished is noticed within about a minute, idle or mid-statement
+    for name, value in KEEPALIVES.items():
+        kw.setdefault(name, value)
+    return kw
+
+
+def listen_url_of(url: DatabaseURL) -> DatabaseURL | None:
+    """The URL LISTEN connects to: ``listen_url=`` (a PostgreSQL URL, percent-encoded, or
+    ``none`` to poll), else ``url`` itself."""
+    value = url.query.get("listen_url")
+    if value is None:
+        return url
+    if value.strip().lower() in ("none", "off", ""):
+        return None
+    target = parse_url(value)
+    if target.engine != "postgres":
+        raise ConfigurationError(
+            f"listen_url {target.redacted()!r} in {url.redacted()!r} is not a PostgreSQL "
+            "URL: LISTEN needs a direct connection to the same PostgreSQL database")
+    if "listen_url" in target.query:
+        raise ConfigurationError(f"listen_url {target.redacted()!r} has a listen_url itself")
+    return target
 
 
 def _connect_sqlstate(message: str) -> str:
@@ -227,9 +337,25 @@ class PostgresListener:
         self._cancelled: list[tuple[int, int]] = []
 
     def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for a notification; a driver error is raised as portq's
+        one-line error (the worker logs it as one WARNING line and retries)."""
+        try:
+            return self._wait(timeout)
+        except psycopg.Error as exc:
+            connecting = self._conn is None
+            self.close()
+            kind = self._backend.classify(exc)
+            error = self._backend.translate("listen", exc, kind, connecting=connecting)
+            raise error or DatabaseError(
+                f"listen: {type(exc).__name__}: {self._backend.url.scrub(one_line(str(exc)))}"
+            ) from None
+
+    def _wait(self, timeout: float) -> bool:
         if self._conn is None:
+            target = self._backend.listen_url
+            assert target is not None  # a backend without one makes no listener
             conn = psycopg.connect(autocommit=True, **{
-                **self._backend.connect_kwargs(), "application_name": "portq-listen"})
+                **libpq_kwargs(target), "application_name": "portq-listen"})
             try:
                 for channel in self._channels:
                     conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(channel)))

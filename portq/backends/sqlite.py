@@ -42,7 +42,7 @@ class SqliteBackend(SqlBackend):
     driver_module = "sqlite3"
     max_retries = 3  # each attempt already waits up to busy_timeout_ms for the lock
     #: the data_version listener wakes idle workers; polling the table stays the fallback
-    idle_max_default = 2.0
+    default_idle_max = 2.0
     #: one write lock per database, waited for in a sleeping busy handler (1, 2, 5, 10 ms…)
     single_writer = True
 

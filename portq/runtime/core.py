@@ -178,6 +178,9 @@ class Runtime:
     def _start_threads(self) -> None:
         s = self.settings
         self._executor.start(self)
+        watch = getattr(self.queue.backend, "watch_identity", None)
+        if watch is not None:  # engines that know their server's history (PostgreSQL)
+            watch(self._history_changed)
         for n in range(1, s.claimers):
             self._claim_threads.append(self._spawn(
                 functools.partial(self._claim_loop, main=False), f"portq-claim-{n}"))
@@ -661,6 +664,27 @@ class Runtime:
             job._cancel.set()
         else:
             self.outcomes.cancelled(job, "announced by the database")
+
+    def _history_changed(self, old: object, new: object) -> None:
+        """A new connection reached a server of another history (a failover to a standby
+        that had not received every commit): the claims this worker holds may be unknown
+        there, and their jobs handed out again with the same generation while these
+        handlers run. Every held job's handler is told (``job.cancelled()``; an async
+        one's task is cancelled) and nothing more is written or renewed for them; each
+        counts as lost. Called in the thread that opened the connection: it only signals."""
+        if self._done.is_set():
+            return
+        with self._lock:
+            jobs = list(self._inflight.values())
+            for job in jobs:
+                self._forget(job)
+        for job in jobs:
+            job._cancel.set("history")
+            self.counters.add("lost", queue=job.queue)
+        self.log.warning("worker.history_changed worker=%s old=%s new=%s job_ids=%s: the "
+                         "database now runs another history (a failover); the handlers of "
+                         "the jobs held were told, nothing more is written for them",
+                         self.worker_id, old, new, ",".join(str(j.id) for j in jobs) or "-")
 
     def _watchdog(self) -> None:
         """Every tick: fail the jobs past their timeout, take back the slots of handlers

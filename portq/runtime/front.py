@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from portq.backends.base import listen_mode
 from portq.job import Job
 from portq.queue import Queue
 from portq.registry import Registration, registration_of
@@ -169,11 +170,11 @@ class WorkerFront:
         s = self.settings
         self.log.info(
             "worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d lease=%gs "
-            "prefetch=%s claim_loops=%d job_timeout=%s listen=%s%s", self.worker_id,
+            "prefetch=%s claim_loops=%d job_timeout=%s new_jobs=%s%s", self.worker_id,
             self.runtime.queue.backend.engine, self.runtime.queue.url, ",".join(self.queues),
             s.concurrency, s.lease, f"auto<={s.prefetch}" if s.auto_lookahead else s.prefetch,
             s.claimers, "none" if s.job_timeout is None else f"{s.job_timeout:g}s",
-            "on" if s.options.listen else "off", self._kind)
+            listen_mode(self.runtime.queue.backend, s.options.listen), self._kind)
 
     def _log_stopped(self) -> None:
         self.log.info("worker.stopped worker=%s %s", self.worker_id,

@@ -86,7 +86,7 @@ def database_label(queue: Queue) -> str:
     url = queue.backend.url
     if url.engine == "sqlite":
         return f"sqlite · {os.path.basename(url.path)}"
-    where = url.host or ""
+    where = url.netloc_hosts
     return f"{url.engine} · {where}/{url.database or ''}"
 
 

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.core import checks
@@ -39,9 +40,9 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from portq.backends import backend_for
-from portq.errors import PortqError, SchemaError
+from portq.errors import ConfigurationError, PortqError, SchemaError
 from portq.queue import INT32, Queue
-from portq.url import DatabaseURL, parse_url
+from portq.url import LIBPQ_CHOICES, DatabaseURL, host_items, parse_url
 
 from .results import is_task_payload, payload_of, portq_queue, result_of, shown
 
@@ -69,11 +70,24 @@ def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> Database
             f"{', '.join(sorted(VENDOR_SCHEMES))} (or give OPTIONS url)")
     if scheme == "sqlite":
         return DatabaseURL(engine="sqlite", scheme="sqlite", database=str(db["NAME"]))
-    url = parse_url(f"{scheme}://localhost")  # engine and scheme, validated by portq
-    return DatabaseURL(engine=url.engine, scheme=scheme, host=db.get("HOST") or "localhost",
-                       port=int(db["PORT"]) if db.get("PORT") else None,
+    # HOST "h1,h2" with PORT "5432,5433" (or one port for all) is libpq's host list,
+    # which Django hands to psycopg as it is; portq's URL parser checks it the same way
+    host_text, port_text = str(db.get("HOST") or "localhost"), str(db.get("PORT") or "")
+    hosts, ports = host_text.split(","), port_text.split(",")
+    try:
+        netloc = ",".join(host_items(host_text, port_text, f"portq: Django database {alias!r}"))
+    except ConfigurationError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+    options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
+    # engine, scheme, the host list and its options, validated by portq (a single HOST
+    # may be a socket directory, which no URL holds: it is taken as it is)
+    url = parse_url(f"{scheme}://{netloc if len(hosts) > 1 else 'localhost'}"
+                    + ("?" + urlencode(options) if options else ""))
+    return DatabaseURL(engine=url.engine, scheme=scheme, host=hosts[0],
+                       port=int(ports[0]) if ports[0] else None,
                        username=db.get("USER") or None, password=db.get("PASSWORD") or None,
-                       database=str(db["NAME"]) if db.get("NAME") else None)
+                       database=str(db["NAME"]) if db.get("NAME") else None,
+                       query=url.query, hosts=url.hosts if len(hosts) > 1 else ())
 
 
 class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
