@@ -110,23 +110,35 @@ async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]
     return _result("procrastinate", workers, jobs, done, elapsed, enqueue_s)
 
 
-async def pgqueuer_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+async def _pgqueuer_filled(url: str, name: str, jobs: int) -> tuple[dict[str, str], Any, float]:
+    """pgqueuer installed into its fresh peer schema and ``jobs`` jobs of entrypoint
+    ``name`` enqueued 1,000 a call, then settled: (its server settings, the set-up
+    connection, the enqueue's seconds)."""
     import asyncpg
-    from pgqueuer import Queries, QueueManager
+    from pgqueuer import Queries
     from pgqueuer.db import AsyncpgDriver
-    from pgqueuer.types import QueueExecutionMode
 
     settings = {"search_path": peer_schema("pgqueuer")}
     setup = await asyncpg.connect(url, server_settings=settings)
     queries = Queries(AsyncpgDriver(setup))
     await queries.install()  # into the fresh peer schema
-    name = f"noop{workers}"
     started = time.perf_counter()
     for start in range(0, jobs, 1000):
         n = min(jobs, start + 1000) - start
         await queries.enqueue([name] * n, [b"x"] * n, [0] * n)
     enqueue_s = time.perf_counter() - started
     settle(url, "pgqueuer")
+    return settings, setup, enqueue_s
+
+
+async def pgqueuer_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+    import asyncpg
+    from pgqueuer import Queries, QueueManager
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.types import QueueExecutionMode
+
+    name = f"noop{workers}"
+    settings, setup, enqueue_s = await _pgqueuer_filled(url, name, jobs)
 
     managers = []
     conns = []
@@ -160,17 +172,8 @@ async def pgqueuer_io_run(url: str, jobs: int, slots: int, job_ms: float) -> dic
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.types import QueueExecutionMode
 
-    settings = {"search_path": peer_schema("pgqueuer")}
-    setup = await asyncpg.connect(url, server_settings=settings)
-    queries = Queries(AsyncpgDriver(setup))
-    await queries.install()
     name = f"io{slots}"
-    started = time.perf_counter()
-    for start in range(0, jobs, 1000):
-        n = min(jobs, start + 1000) - start
-        await queries.enqueue([name] * n, [b"x"] * n, [0] * n)
-    enqueue_s = time.perf_counter() - started
-    settle(url, "pgqueuer")
+    settings, setup, enqueue_s = await _pgqueuer_filled(url, name, jobs)
     conn = await asyncpg.connect(url, server_settings=settings)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
