@@ -61,6 +61,9 @@ ENGINE_CALLS: dict[tuple[str, str], tuple[str, frozenset[str]]] = {
     ("sqlserver", "compatibility_level"): ("SqlServerBackend.check_compatibility",
                                            frozenset()),
     ("sqlserver", "server_version"): ("SqlBackend.server_info (fallback)", frozenset()),
+    ("postgres", "server_identity"): ("PostgresBackend.read_identity", frozenset()),
+    ("postgres", "backend_pid"): ("PostgresBackend.read_identity", frozenset()),
+    ("oracle", "pending_ready"): ("OracleBackend.pending", frozenset({"queue"})),
     ("oracle", "ddl_lock_wait"): ("OracleBackend.migration_lock", frozenset()),
     ("oracle", "ddl_lock_nowait"): ("OracleBackend.migration_lock", frozenset()),
 }

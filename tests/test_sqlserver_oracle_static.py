@@ -704,19 +704,24 @@ def test_sqlserver_pending_probes_the_filtered_indexes_and_skips_locked_rows() -
 
 
 def test_oracle_pending_repeats_the_function_based_index_expressions() -> None:
-    """Each probe's WHERE repeats the leading CASE expression of the ready or running
-    index (else the function-based index is unusable), selected FROM dual."""
+    """The running probe's WHERE repeats the running index's leading CASE expression
+    (else the function-based index is unusable), selected FROM dual; the ready half is a
+    cursor of its own (``pending_ready``) whose WHERE repeats the ready index's CASE
+    expressions and which skips rows other sessions hold locked, as the claim does (FOR
+    UPDATE may not stand in an EXISTS subquery)."""
     tree = _one("oracle", "pending")
-    assert isinstance(tree, exp.Select) and len(tree.expressions) == 2
+    assert isinstance(tree, exp.Select) and len(tree.expressions) == 1
     assert tree.args["from_"].this.name.lower() == "dual"
-    ready, running = _exists_selects(tree)
-    ready_where = ready.args["where"].sql(dialect="oracle")
+    (running,) = _exists_selects(tree)
+    (running_index,) = _index_expressions("portq_job_running_idx")
+    assert running_index in running.args["where"].sql(dialect="oracle")
+    ready_sql = " ".join(load_queries("oracle")["pending_ready"].split())
+    assert ready_sql.endswith("FOR UPDATE SKIP LOCKED")
+    ready_where = _one("oracle", "pending_ready").args["where"].sql(dialect="oracle")
     ready_index = _index_expressions("portq_job_ready_idx")
     assert ready_index[0] in ready_where
     assert re.sub(r" DESC$", "", ready_index[2]) + " <= SYS_EXTRACT_UTC(SYSTIMESTAMP)" \
         in ready_where
-    (running_index,) = _index_expressions("portq_job_running_idx")
-    assert running_index in running.args["where"].sql(dialect="oracle")
 
 
 def test_sqlserver_next_lease_expiry_reads_the_filtered_lease_index_in_milliseconds() -> None:

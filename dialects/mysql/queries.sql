@@ -101,7 +101,7 @@ SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
     lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND,
-    -- when this attempt (and the first) started: migration 8
+    -- when this attempt (and the first) started: migration 10
     started_at = UTC_TIMESTAMP(6),
     first_started_at = COALESCE(first_started_at, UTC_TIMESTAMP(6))
 WHERE job_id IN (:ids);

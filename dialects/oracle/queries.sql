@@ -75,7 +75,7 @@ SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
     lease_until = SYS_EXTRACT_UTC(SYSTIMESTAMP) + NUMTODSINTERVAL(:lease_ms / 1000, 'SECOND'),
-    -- when this attempt (and the first) started: migration 8
+    -- when this attempt (and the first) started: migration 10
     started_at = SYS_EXTRACT_UTC(SYSTIMESTAMP),
     first_started_at = COALESCE(first_started_at, SYS_EXTRACT_UTC(SYSTIMESTAMP))
 WHERE job_id IN (:ids) AND state = 'ready'
@@ -233,18 +233,24 @@ WHERE :queue = '*' OR queue = :queue
 GROUP BY queue
 
 -- name: pending
--- Whether the queue has a job ready and due, and whether it has one running (a burst
--- worker's exit test). Each EXISTS stops at the first entry of the function-based ready or
--- running index (the WHERE repeats each index's leading CASE expression), so its cost does
--- not grow with the table; `stats` counts every row of the queue instead.
+-- Whether the queue has a job running (a burst worker's exit test; OracleBackend.pending
+-- asks pending_ready for the ready half). The EXISTS stops at the first entry of the
+-- function-based running index (the WHERE repeats its leading CASE expression), so its
+-- cost does not grow with the table; `stats` counts every row of the queue instead.
 SELECT CASE WHEN EXISTS (SELECT 1 FROM portq_job
-                      WHERE CASE WHEN state = 'ready' THEN queue END = :queue
-                        AND CASE WHEN state = 'ready' THEN run_at END
-                            <= SYS_EXTRACT_UTC(SYSTIMESTAMP)) THEN 1 ELSE 0 END,
-       CASE WHEN EXISTS (SELECT 1 FROM portq_job
                       WHERE CASE WHEN state = 'running' THEN queue END = :queue)
             THEN 1 ELSE 0 END
 FROM dual
+
+-- name: pending_ready
+-- A ready, due job of the queue that no other session holds locked, as the claim sees one:
+-- FOR UPDATE SKIP LOCKED may not stand in an EXISTS subquery (nor with FETCH FIRST:
+-- ORA-02014), so OracleBackend.pending fetches at most one row of this cursor and rolls
+-- back, releasing the lock it took. The WHERE repeats the ready index's CASE expressions.
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue
+  AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+FOR UPDATE SKIP LOCKED
 
 -- Listing jobs (portq jobs, the dashboard), paged by key: after_id/after_run_at are the
 -- last row of the previous page (after_id = 0 on the first page). :after_run_at is bound as

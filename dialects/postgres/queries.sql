@@ -92,7 +92,7 @@ SET state = 'running',
     attempts = j.attempts + 1,
     worker_id = :worker_id,
     lease_until = now() + :lease_ms * interval '1 millisecond',
-    -- when this attempt (and the first) started: migration 8
+    -- when this attempt (and the first) started: migration 10
     started_at = now(),
     first_started_at = COALESCE(j.first_started_at, now())
 FROM c

@@ -40,7 +40,7 @@ SET state = 'running',
     attempts = attempts + 1,
     worker_id = :worker_id,
     lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000,
-    -- when this attempt (and the first) started: migration 8
+    -- when this attempt (and the first) started: migration 10
     started_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
     first_started_at = COALESCE(first_started_at,
                                 CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))

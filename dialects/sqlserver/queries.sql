@@ -143,7 +143,7 @@ SET state = N'running',
     worker_id = :worker_id,
     lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
                           DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME())),
-    -- when this attempt (and the first) started: migration 8 (columns of the CTE above)
+    -- when this attempt (and the first) started: migration 10 (columns of the CTE above)
     started_at = SYSUTCDATETIME(),
     first_started_at = COALESCE(first_started_at, SYSUTCDATETIME())
 OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,

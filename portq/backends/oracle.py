@@ -308,6 +308,17 @@ class OracleBackend(SqlBackend):
         return {(int(i), int(g)) for i, g in zip(ids.getvalue() or [], gens.getvalue() or [],
                                                   strict=True)}
 
+    def pending(self, queue: str) -> tuple[bool, bool]:
+        """A ready row another session holds locked is not there, as for the claim (a
+        burst worker exits instead of waiting for that session): one row of
+        ``pending_ready`` fetched, its lock released by the rollback; then ``pending``."""
+        def probe(cur: Any) -> tuple[bool, bool]:
+            ready = bool(self.lock_ids(cur, "pending_ready", {"queue": queue}, 1))
+            cur.connection.rollback()
+            (running,) = self.execute(cur, "pending", {"queue": queue}).fetchone()
+            return ready, bool(running)
+        return self.run("pending", probe, write=False)
+
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         ids = self.lock_ids(cur, "reap_lock", params, int(params["limit"]))
         return sum(int(self.execute(cur, "reap", {**params, "ids": chunk}).rowcount)
