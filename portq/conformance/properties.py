@@ -202,13 +202,6 @@ PROPERTIES = (
         "test_registry_rows_expire_when_heartbeats_stop",
         "test_a_worker_registers_while_it_runs",
         "test_portq_workers_and_stats_show_registered_workers")),
-    Property("runtime hardening: hostile handlers, late claims, timeouts, dead workers", (
-        "test_a_handler_that_exits_fails_its_attempt_and_the_slot_keeps_serving",
-        "test_a_claim_that_comes_back_after_half_its_lease_starts_none_of_its_jobs",
-        "test_a_job_past_its_timeout_fails_with_job_timeout_and_is_retried",
-        "test_a_thread_that_ignores_its_timeout_is_abandoned_and_replaced",
-        "test_a_dead_workers_jobs_come_back_about_one_lease_after_it_died",
-        "test_a_stalled_database_call_is_logged_while_it_waits")),
     Property("middleware around handlers", (
         "test_middleware_wraps_the_handler_in_order_and_sees_its_outcome",
         "test_middleware_can_short_circuit_and_fail_a_job",
