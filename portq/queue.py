@@ -618,10 +618,11 @@ class Queue:
         """The whole row of one job; None when no job has that id. With ``conn`` (as
         :meth:`enqueue` takes it) the read runs on that connection, in its open
         transaction: it sees jobs that transaction enqueued and has not committed."""
-        record = self.backend.job(positive_int(job_id, "job_id"), self._dbapi(conn))
+        dbapi = self._dbapi(conn)
+        record = self.backend.job(positive_int(job_id, "job_id"), dbapi)
         if record is None or record.state != State.READY:
             return record
-        return _mark_scheduled(record, self.backend.db_now())
+        return _mark_scheduled(record, self.backend.db_now(dbapi))
 
     def store_result(self, job: Job | Claim, result: Any) -> bool:
         """Store a running job's return value (JSON, at most ``max_result_bytes``) in its

@@ -40,8 +40,8 @@ from opentelemetry.trace import SpanKind  # noqa: E402
 
 import portq  # noqa: E402
 from portq.contrib import otel  # noqa: E402
-from portq.contrib.django.backend import TaskRunner  # noqa: E402
 from portq.contrib.django.management.commands._common import portq_backend  # noqa: E402
+from portq.contrib.django.runner import TaskRunner  # noqa: E402
 
 
 @task()
@@ -58,7 +58,8 @@ def test_a_django_task_runs_in_the_trace_that_enqueued_it() -> None:
     otel.instrument_django("default", tracer_provider=provider)
     with provider.get_tracer("app").start_as_current_span("request") as request:
         result: Any = add.enqueue(2, 3)
-    worker = portq.Worker(backend.queue, "default", TaskRunner(backend), burst=True,
+    worker = portq.Worker(backend.queue, backend.portq_queues(["default"]), TaskRunner(backend),
+                          burst=True,
                           reap_interval=None, prune_interval=None, registry_interval=None)
     assert worker.run().succeeded >= 1  # jobs another test left on the queue run too
     result.refresh()

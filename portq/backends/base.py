@@ -989,11 +989,12 @@ class SqlBackend(Backend):
                         write=False)
         return [self.record_from_row(r) for r in rows]
 
-    def db_now(self) -> datetime:
+    def db_now(self, conn: Any | None = None) -> datetime:
         """The database clock (UTC), rounded up to the next millisecond (it is read in
-        whole milliseconds: a row written in this one must not look later than now)."""
-        ms = self.run("db_clock", lambda cur: self.execute(cur, "db_clock_ms").fetchone()[0],
-                      write=False)
+        whole milliseconds: a row written in this one must not look later than now); on
+        ``conn`` (a caller's connection) when given, as :meth:`job` reads."""
+        ms = self.read("db_clock_ms", lambda cur: self.execute(
+            cur, "db_clock_ms").fetchone()[0], conn)
         return datetime.fromtimestamp((int(ms) + 1) / 1000, UTC)
 
     def _job_of_key(self, key: str, state: str | None, queue: str | None, after_id: int,
