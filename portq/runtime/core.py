@@ -397,22 +397,23 @@ class Runtime:
         that may not is dealt with here: dropped when it was cancelled or lost meanwhile,
         given back when its claim's start deadline passed (half the lease, or a rate
         limit's guard)."""
-        with self._lock:
-            refusal = start_refusal(job, self._renewed_at.get(job.id, job.leased_at),
-                                    self.settings.lease)
-            owned = self._inflight.get(job.id) is job
-            if not owned or job.cancelled():
+        # the common case takes no lock (one per job is measurable on short jobs): dict
+        # reads are atomic, and a job lost between this look and its start was so before
+        if self._inflight.get(job.id) is not job or job.cancelled():
+            with self._lock:
                 self._forget(job)
                 self._busy -= 1
-                return False
-            if refusal is None:
-                self._started += 1
-                self._futile = 0
-                timeout = job.timeout if job.timeout is not None else \
-                    self.settings.job_timeout
-                self._running[job.id] = (job, None if timeout is None
-                                         else time.monotonic() + timeout)
-                return True
+            return False
+        refusal = start_refusal(job, self._renewed_at.get(job.id, job.leased_at),
+                                self.settings.lease)
+        if refusal is None:
+            self._started += 1  # a heuristic's count: a lost increment is harmless
+            self._futile = 0
+            timeout = job.timeout if job.timeout is not None else self.settings.job_timeout
+            if timeout is not None:
+                with self._lock:
+                    self._running[job.id] = (job, time.monotonic() + timeout)
+            return True
         self._hand_over(job, Outcome(job, RELEASE, refusal), returned=True)
         return False
 
@@ -425,16 +426,18 @@ class Runtime:
                                  self.queue.dump_result)
         except Exception as error:  # noqa: BLE001 - e.g. a result whose JSON raised
             outcome = Outcome(job, DEAD, f"{type(error).__name__}: {error}")
-        with self._lock:
-            self.lookahead.job_ran(seconds)
-            self._running.pop(job.id, None)
-        self._hand_over(job, outcome, returned=True)
+        self._hand_over(job, outcome, returned=True, ran=seconds)
 
-    def _hand_over(self, job: Job, outcome: Outcome | None, returned: bool) -> None:
+    def _hand_over(self, job: Job, outcome: Outcome | None, returned: bool,
+                   ran: float | None = None) -> None:
         """Give ``outcome`` to the writer (the job keeps its slot until it is written), or
         forget ``job`` when there is nothing to write or it is no longer owned; with
-        ``returned`` its handler slot is free again."""
+        ``returned`` its handler slot is free again (after ``ran`` seconds of handler)."""
         with self._lock:
+            if ran is not None:
+                self.lookahead.job_ran(ran)
+                if self._running:
+                    self._running.pop(job.id, None)
             if returned:
                 if job.id in self._freed:  # its slot was already taken back (timeout)
                     self._freed.discard(job.id)

@@ -4,11 +4,9 @@ database is never silent."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Iterator
 
 
 class Watch:
@@ -23,15 +21,8 @@ class Watch:
         #: how many warnings it logged (for tests and the summary)
         self.warned = 0
 
-    @contextlib.contextmanager
-    def __call__(self, operation: str) -> Iterator[None]:
-        key = next(self._ids)
-        started = time.monotonic()
-        self._calls[key] = (operation, started, [started])
-        try:
-            yield
-        finally:
-            del self._calls[key]
+    def __call__(self, operation: str) -> _Watched:
+        return _Watched(self._calls, operation, next(self._ids))
 
     def warn_slow(self) -> None:
         """Log each call that has waited past the bound and was not logged this period."""
@@ -44,3 +35,20 @@ class Watch:
                                  "database has not answered for over a third of the lease "
                                  "(%.1fs); no job will start whose lease cannot be renewed",
                                  self.worker_id, operation, now - started, self.after * 3)
+
+
+class _Watched:
+    """One watched call (a plain context manager: one is made per database call)."""
+
+    __slots__ = ("calls", "key", "operation")
+
+    def __init__(self, calls: dict[int, tuple[str, float, list[float]]], operation: str,
+                 key: int) -> None:
+        self.calls, self.operation, self.key = calls, operation, key
+
+    def __enter__(self) -> None:
+        started = time.monotonic()
+        self.calls[self.key] = (self.operation, started, [started])
+
+    def __exit__(self, *exc: object) -> None:
+        del self.calls[self.key]
