@@ -40,6 +40,10 @@ class Pool:
         self._timeout = timeout
         self._idle: list[Any] = []
         self._size = 0
+        #: brings a connection to the current session settings (:meth:`settings_changed`)
+        self.renew: Callable[[Any], None] | None = None
+        self._version = 0  # of the session settings
+        self._version_of: dict[int, int] = {}  # id(connection) -> the version it has
         self._cond = threading.Condition()
         self._closed = False
 
@@ -60,9 +64,15 @@ class Pool:
                 if self._closed:
                     raise DatabaseError("connection pool is closed")
                 if self._idle:
-                    return self._idle.pop()
+                    conn = self._idle.pop()
+                    version = self._version
+                    if self._version_of.get(id(conn)) == version or self.renew is None:
+                        return conn
+                    break
                 if self._size < self._max_size:
                     self._size += 1
+                    conn = None
+                    version = self._version
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -70,13 +80,24 @@ class Pool:
                         f"no free database connection after {self._timeout:.0f}s "
                         f"(pool max_size={self._max_size})")
                 self._cond.wait(left)
+        if conn is not None:  # idle, with older session settings: brought up to date
+            assert self.renew is not None
+            try:
+                self.renew(conn)
+            except BaseException:
+                self.release(conn, broken=True)
+                raise
+            self._version_of[id(conn)] = version
+            return conn
         try:
-            return self._connect()
+            conn = self._connect()
         except BaseException:
             with self._cond:
                 self._size -= 1
                 self._cond.notify()
             raise
+        self._version_of[id(conn)] = version  # opened with the settings of then, or later
+        return conn
 
     def release(self, conn: Any, broken: bool = False) -> None:
         """Return ``conn``; a ``broken`` one is closed together with every idle one."""
@@ -93,17 +114,14 @@ class Pool:
                 self._idle.append(conn)
             self._cond.notify_all()
         for one in dead:
+            self._version_of.pop(id(one), None)
             close_quietly(one)
 
-    def discard_idle(self) -> None:
-        """Close the idle connections (the next ones are opened anew, e.g. with new session
-        settings)."""
+    def settings_changed(self) -> None:
+        """The session settings changed: each connection gets them (:attr:`renew`) when it
+        is next handed out, instead of being opened anew."""
         with self._cond:
-            idle, self._idle = self._idle, []
-            self._size -= len(idle)
-            self._cond.notify_all()
-        for conn in idle:
-            close_quietly(conn)
+            self._version += 1
 
     def close(self) -> None:
         with self._cond:
@@ -112,6 +130,7 @@ class Pool:
             self._size -= len(idle)
             self._cond.notify_all()
         for conn in idle:
+            self._version_of.pop(id(conn), None)
             close_quietly(conn)
 
 

@@ -81,9 +81,25 @@ def test_a_workers_connections_are_bounded_and_kept_alive(queue: portq.Queue,
         backend.statement_timeout_ms), lease=12, burst=True, reap_interval=None,
         prune_interval=None)
     queue.enqueue(qname, "x")
+    backend.pool.release(backend.pool.acquire())
+    before = {id(c) for c in backend.pool._idle}
     worker.run()
     assert seen == [None if backend.engine == "sqlite" else 12000]
     assert backend.statement_timeout_ms is None
+    # the bound came and went on the pooled connections themselves: none was closed
+    assert before <= {id(c) for c in backend.pool._idle}
+    again = backend.pool.acquire()
+    try:
+        if backend.engine in ("postgres", "mysql"):
+            cur = again.cursor()
+            cur.execute("SHOW statement_timeout" if backend.engine == "postgres" else
+                        "SELECT @@SESSION.innodb_lock_wait_timeout")
+            lifted = cur.fetchone()[0]
+            cur.close()
+            again.rollback()
+            assert str(lifted) in ("0", "50"), lifted  # no limit / InnoDB's default
+    finally:
+        backend.pool.release(again)
     backend.bound_statements(12000)
     conn = backend.pool.acquire()
     try:

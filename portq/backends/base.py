@@ -153,6 +153,7 @@ class SqlBackend(Backend):
         self.prefix = validate_prefix(prefix)
         self.queries = load_queries(self.engine, self.prefix)
         self.pool = Pool(self.open_connection, max_size=pool_size, timeout=pool_timeout)
+        self.pool.renew = lambda conn: self.limit_statements(conn, self.statement_timeout_ms)
         self._lock = threading.Lock()
         # queue -> monotonic time until which it is known to have no concurrency limit
         self._unlimited_until: dict[str, float] = {}
@@ -246,10 +247,12 @@ class SqlBackend(Backend):
                 raise
             raise error from exc
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
         """Make the database stop any statement of ``conn`` that runs longer than ``ms``
-        milliseconds (raising an error :meth:`classify` calls ``TIMEOUT``)."""
-        raise ConfigurationError(f"statement_timeout_ms is not supported on {self.engine}")
+        milliseconds (raising an error :meth:`classify` calls ``TIMEOUT``); None lifts the
+        limit."""
+        if ms is not None:
+            raise ConfigurationError(f"statement_timeout_ms is not supported on {self.engine}")
 
     # ---- server identity (failover to a different history) -------------------------------
 
@@ -598,12 +601,12 @@ class SqlBackend(Backend):
     def bound_statements(self, ms: int | None) -> None:
         """Set :attr:`statement_timeout_ms` (None: no bound) from now on: each statement
         and lock wait of portq's own connections (never a caller's ``conn=``) is bounded
-        server-side where the engine can (:meth:`limit_statements`); idle pooled
-        connections are reopened with it. A worker bounds its queue's to its lease while
-        it runs."""
+        server-side where the engine can (:meth:`limit_statements`); a pooled connection
+        gets it when it is next handed out (no connection is reopened). A worker bounds
+        its queue's to its lease while it runs."""
         if ms != self.statement_timeout_ms:
             self.statement_timeout_ms = ms
-            self.pool.discard_idle()
+            self.pool.settings_changed()
 
     @property
     def capabilities(self) -> Capabilities:

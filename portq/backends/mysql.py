@@ -87,16 +87,20 @@ class MysqlBackend(SqlBackend):
         _keepalive(conn)
         return self.set_up_session(conn, lambda cur: cur.execute(SESSION_SETUP))
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
         """MariaDB: ``max_statement_time`` (seconds, every statement); MySQL:
         ``max_execution_time`` (milliseconds, read-only SELECTs only); both:
-        ``innodb_lock_wait_timeout`` (whole seconds) for lock waits."""
+        ``innodb_lock_wait_timeout`` (whole seconds) for lock waits. None: 0 (no limit)
+        and the server's lock wait default."""
+        limit = 0 if ms is None else int(ms)
+        lock_wait = "DEFAULT" if ms is None else f"{max(1, -(-limit // 1000)):d}"
+
         def setup(cur: Any) -> None:
             if self.is_mariadb(cur):
-                cur.execute(f"SET SESSION max_statement_time = {ms / 1000:.3f}")
+                cur.execute(f"SET SESSION max_statement_time = {limit / 1000:.3f}")
             else:
-                cur.execute(f"SET SESSION max_execution_time = {int(ms):d}")
-            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, -(-ms // 1000)):d}")
+                cur.execute(f"SET SESSION max_execution_time = {limit:d}")
+            cur.execute(f"SET SESSION innodb_lock_wait_timeout = {lock_wait}")
         self.set_up_session(conn, setup)
 
     def classify(self, exc: BaseException) -> ErrorKind:

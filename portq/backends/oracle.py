@@ -169,9 +169,10 @@ class OracleBackend(SqlBackend):
         conn.outputtypehandler = _lobs_as_strings
         return conn
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
-        """``Connection.call_timeout``: the longest one round trip may take, in ms."""
-        conn.call_timeout = int(ms)
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
+        """``Connection.call_timeout``: the longest one round trip may take, in ms (0:
+        no limit)."""
+        conn.call_timeout = 0 if ms is None else int(ms)
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, oracledb.Error):

@@ -199,11 +199,12 @@ class PostgresBackend(SqlBackend):
         cur.adapters.register_loader("timestamptz", TimestamptzLoader)
         return cur
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
         """``statement_timeout`` for the session (the server cancels with 57014), and
-        ``lock_timeout`` at half of it (55P03)."""
+        ``lock_timeout`` at half of it (55P03); 0 for both lifts them."""
+        statement, lock = (0, 0) if ms is None else (int(ms), max(1, int(ms) // 2))
         self.set_up_session(conn, lambda cur: cur.execute(
-            f"SET statement_timeout = {int(ms):d}; SET lock_timeout = {max(1, int(ms) // 2):d}"))
+            f"SET statement_timeout = {statement:d}; SET lock_timeout = {lock:d}"))
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if not isinstance(exc, psycopg.Error):

@@ -81,10 +81,14 @@ class SqliteBackend(SqlBackend):
         callbacks would cost every statement of the one writer thread. An explicit
         ``statement_timeout_ms`` (``portq.connect``) still applies."""
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
         """SQLite has no statement timeout: a trace callback notes when each statement
         starts, and a progress handler interrupts one running longer than ``ms``
-        (``sqlite3.OperationalError: interrupted``)."""
+        (``sqlite3.OperationalError: interrupted``); None removes both."""
+        if ms is None:
+            conn.set_trace_callback(None)
+            conn.set_progress_handler(None, 0)
+            return
         limit = ms / 1000
         started = [time.monotonic()]
 

@@ -314,12 +314,14 @@ class SqlServerBackend(SqlBackend):
         super().check_schema()
         self.run("check_schema", self.check_compatibility, retry=False, write=False)
 
-    def limit_statements(self, conn: Any, ms: int) -> None:
+    def limit_statements(self, conn: Any, ms: int | None) -> None:
         """The connection's query timeout (pyodbc and mssql-python: ``Connection.timeout``,
         whole seconds, SQLSTATE HYT00 when it expires) and ``SET LOCK_TIMEOUT`` in ms (an
-        int literal: the statement takes no parameter; error 1222 when it expires)."""
-        conn.timeout = max(1, -(-ms // 1000))
-        self.set_up_session(conn, lambda cur: cur.execute(f"SET LOCK_TIMEOUT {int(ms):d}"))
+        int literal: the statement takes no parameter; error 1222 when it expires). None:
+        timeout 0 and LOCK_TIMEOUT -1 (wait for ever, the default)."""
+        conn.timeout = 0 if ms is None else max(1, -(-ms // 1000))
+        lock = -1 if ms is None else int(ms)
+        self.set_up_session(conn, lambda cur: cur.execute(f"SET LOCK_TIMEOUT {lock:d}"))
 
     @contextmanager
     def migration_lock(self, cur: Any) -> Iterator[None]:
