@@ -46,7 +46,8 @@ def test_claims_that_are_never_started_stop_the_claiming(
     finally:
         runtime.stop()
         thread.join(30)
-    assert released == FUTILE_GIVE_BACKS, released
+    # FUTILE_GIVE_BACKS at once, then at most one claim a lease (1 s): never without end
+    assert FUTILE_GIVE_BACKS <= released <= FUTILE_GIVE_BACKS + 3, released
     stalled = [r for r in caplog.records if r.getMessage().startswith("worker.stalled")]
     assert len(stalled) == 1
     # each give-back kept the attempt: nothing ran, so no job may be closer to dead

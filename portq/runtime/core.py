@@ -115,6 +115,7 @@ class Runtime:
         self._renewed_at: dict[int, float] = {}
         self._started = 0  # handlers started (to notice claims that never start)
         self._futile = 0  # give-backs in a row with no handler started between them
+        self._stall_said = False  # worker.stalled logged since a handler last started
         self.line: Mailbox[tuple[Job, float]] = Mailbox()  # (job, monotonic claim time)
         self._writes: Mailbox[Outcome] = Mailbox()
         self._stopping = threading.Event()
@@ -223,9 +224,13 @@ class Runtime:
                     continue
             written = self._write_outcomes(self._writes.take(BATCH_LIMIT)) \
                 if s.single_writer else 0
-            if self._futile >= FUTILE_GIVE_BACKS:  # nothing it claims gets started
-                self._sleep(s.idle_max)
-                continue
+            if self._futile >= FUTILE_GIVE_BACKS:
+                # nothing it claims gets started: claim again only after a pause of a lease,
+                # so that give-backs stay rare and the worker stays live (a slow moment
+                # must not stop it for good)
+                self._stopping.wait(max(s.idle_max, s.lease))
+                with self._lock:
+                    self._futile = FUTILE_GIVE_BACKS - 1
             try:
                 claimed = self._claim_round(pacing)
                 if main and self.maintenance.due():
@@ -362,10 +367,11 @@ class Runtime:
             self._futile = self._futile + 1 if self._started == 0 else 1
             self._started = 0
             futile = self._futile
-        if futile == FUTILE_GIVE_BACKS:
+        if futile == FUTILE_GIVE_BACKS and not self._stall_said:
+            self._stall_said = True
             self.log.error("worker.stalled worker=%s: %d claims in a row were given back "
-                           "unstarted (no handler slot took a job); claiming stops until "
-                           "one does", self.worker_id, futile)
+                           "unstarted (no handler slot took a job); it claims once a lease "
+                           "until one does", self.worker_id, futile)
         self._disown(stale)
         self._release(stale, "not started within the look-ahead bound")
 
@@ -409,6 +415,7 @@ class Runtime:
         if refusal is None:
             self._started += 1  # a heuristic's count: a lost increment is harmless
             self._futile = 0
+            self._stall_said = False
             timeout = job.timeout if job.timeout is not None else self.settings.job_timeout
             if timeout is not None:
                 with self._lock:
