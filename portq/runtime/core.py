@@ -150,9 +150,6 @@ class Runtime:
         self._stopping.set()
         self._wake.set()
 
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     @property
     def _executor(self) -> Executor:
         assert self.executor is not None, "Runtime.run() gives the executor"
@@ -446,10 +443,7 @@ class Runtime:
                 if self._running:
                     self._running.pop(job.id, None)
             if returned:
-                if job.id in self._freed:  # its slot was already taken back (timeout)
-                    self._freed.discard(job.id)
-                else:
-                    self._busy -= 1
+                self._slot_freed_locked(job)
             handed = outcome is not None and self._inflight.get(job.id) is job and \
                 job.id not in self._acking
             if handed:
@@ -472,10 +466,15 @@ class Runtime:
         shutdown): the slot is free, the job is left to the shutdown's release."""
         with self._lock:
             self._running.pop(job.id, None)
-            if job.id in self._freed:
-                self._freed.discard(job.id)
-            else:
-                self._busy -= 1
+            self._slot_freed_locked(job)
+
+    def _slot_freed_locked(self, job: Job) -> None:
+        """``job``'s handler slot is free (``_lock`` held): one fewer busy, unless the
+        watchdog took the slot back already (a timed-out thread it abandoned)."""
+        if job.id in self._freed:
+            self._freed.discard(job.id)
+        else:
+            self._busy -= 1
 
     # ---- writing outcomes ---------------------------------------------------------------
 

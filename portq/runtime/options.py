@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from portq.durations import seconds_of
@@ -96,7 +96,6 @@ class Settings:
     capacity: int
     batch: int
     ack_delay: float
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def settle(options: WorkerOptions, backend: SqlBackend) -> Settings:
