@@ -628,7 +628,8 @@ def test_outcomes_are_logged_and_errors_kept_per_attempt(queue: portq.Queue, qna
                           idle_min=0.01, idle_max=0.05)
     with running(worker):
         assert wait_until(lambda: worker.counters.succeeded == 1 and
-                          worker.counters.dead == 2 and worker.counters.retried == 2)
+                          worker.counters.dead == 2 and worker.counters.retried == 2), \
+            (worker.counters, counts(queue, qname))
     c = counts(queue, qname)
     assert (c["succeeded"], c["dead"], c["scheduled"]) == (1, 2, 1)
     (retry_later,) = queue.jobs("ready", queue=qname)
@@ -671,7 +672,9 @@ def _storm(queue: portq.Queue, qname: str, backoff: Backoff, jobs: int) -> list[
     rows = queue.jobs(queue=qname, limit=jobs)
     # (a retry jittered to within the run's few seconds may have failed again: its next
     # retry is part of the same schedule)
-    assert len(rows) == jobs and all(r.state == "ready" and r.run_at for r in rows)
+    assert len(rows) == jobs, len(rows)
+    assert all(r.state == "ready" and r.run_at for r in rows), \
+        [(r.id, r.state, r.attempts, r.run_at) for r in rows if r.state != "ready" or not r.run_at]
     assert queue.cancel_many(qname, limit=jobs) == jobs
     return [r.run_at.timestamp() for r in rows if r.run_at]
 

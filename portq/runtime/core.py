@@ -109,6 +109,7 @@ class Runtime:
         # mean that the outcome committed, so the write's own result decides
         self._writing: dict[int, Job] = {}
         self._claiming = 0  # slots reserved by claims in progress
+        self._claims_begun = 0  # claims begun so far, by every claim loop
         self._running: dict[int, tuple[Job, float | None]] = {}  # started: (job, deadline)
         self._freed: set[int] = set()  # timed-out jobs whose slot was taken back
         # when the last renewal that succeeded was sent, per job (its lease runs from then)
@@ -233,9 +234,7 @@ class Runtime:
                 if main and self.maintenance.due():
                     with self.watch("reap/prune"):
                         self.maintenance.run_due()
-                if main and s.options.burst and claimed == 0 and self._idle() and \
-                        self._drained():
-                    self._stopping.set()  # the other claim loops end too
+                if main and s.options.burst and claimed == 0 and self._burst_over():
                     return
             except Exception as exc:  # noqa: BLE001 - the database may be down: back off
                 delay = pacing.error_delay()
@@ -264,8 +263,10 @@ class Runtime:
                 if limited:  # a limit counts held jobs as started: claim for idle slots only
                     free = min(free, self._idle_slots_locked())
                 want = min(pacing.share(free, len(turns) - i), self.settings.batch) \
-                    if free > 0 else 0
+                    if free > 0 and not self._stopping.is_set() else 0
                 self._claiming += want
+                if want > 0:
+                    self._claims_begun += 1
             if want <= 0:
                 break
             claimed += self._claim(name, want)
@@ -371,6 +372,23 @@ class Runtime:
                            "until one does", self.worker_id, futile)
         self._disown(stale)
         self._release(stale, "not started within the look-ahead bound")
+
+    def _burst_over(self) -> bool:
+        """With ``burst``: whether the queues are drained and nothing is held; if so, the
+        other claim loops are stopped in the same step. A claim another loop began while
+        the queues were probed may hold rows the probe skipped as locked, so it counts as
+        not drained (its jobs would otherwise be claimed and given back at the exit)."""
+        with self._lock:
+            if self._busy + len(self._acking) + self._claiming:
+                return False
+            begun = self._claims_begun
+        if not self._drained():
+            return False
+        with self._lock:
+            if self._claims_begun != begun or self._busy + len(self._acking) + self._claiming:
+                return False
+            self._stopping.set()  # the other claim loops end too, and begin no claim
+        return True
 
     def _drained(self) -> bool:
         """The ``burst`` exit test: no job of the queues is ready and due or running
