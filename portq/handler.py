@@ -91,9 +91,11 @@ class HandlerRunner:
             job._progress.sink = self.progress.report
 
     def _detach(self, job: Job) -> None:
-        if self.progress is not None:
-            job._progress.sink = None
-            self.progress.finished(job)
+        slot = job._progress
+        if slot.sink is not None:
+            slot.sink = None
+            if slot.last is not None and self.progress is not None:  # it reported
+                self.progress.finished(job)
 
     # ---- from a thread (portq.Worker) ---------------------------------------------------
 
@@ -102,14 +104,16 @@ class HandlerRunner:
         event loop for what is async); return the result or raise what was raised."""
         self._attach(job)
         try:
-            chain = self.chain(job)
-            return self._step(chain, 0, job) if chain else self._call(job)
+            if self.middleware or self._for_task is not None or \
+                    (self._queue is not None and self._queue.middleware):
+                return self._step(self.chain(job), 0, job)
+            return self._call(job)
         finally:
             self._detach(job)
 
     def _call(self, job: Job) -> Any:
         result = self.handler(job)
-        if inspect.isawaitable(result):
+        if result is not None and inspect.isawaitable(result):
             return self._runner().run(_cancellable(result, job),
                                       context=contextvars.copy_context())
         return result

@@ -420,7 +420,7 @@ class Runtime:
         limit's guard)."""
         # the common case takes no lock (one per job is measurable on short jobs): dict
         # reads are atomic, and a job lost between this look and its start was so before
-        if self._inflight.get(job.id) is not job or job.cancelled():
+        if self._inflight.get(job.id) is not job or job._cancel.is_set():
             with self._lock:
                 self._forget(job)
                 self._busy -= 1
@@ -444,8 +444,9 @@ class Runtime:
         """A handler ran ``job`` for ``seconds`` and returned ``result`` or raised
         ``exc``: decide the outcome and hand it to the writer; the slot is free."""
         try:
-            outcome = outcome_of(job, exc, result, self.backoff.delay,
-                                 self.queue.dump_result)
+            outcome = Outcome(job, SUCCEEDED) if exc is None and result is None and \
+                not job._cancel.is_set() else \
+                outcome_of(job, exc, result, self.backoff.delay, self.queue.dump_result)
         except Exception as error:  # noqa: BLE001 - e.g. a result whose JSON raised
             outcome = Outcome(job, DEAD, f"{type(error).__name__}: {error}")
         self._hand_over(job, outcome, returned=True, ran=seconds)
@@ -469,8 +470,9 @@ class Runtime:
             elif job.id not in self._acking:
                 self._forget(job)
             s = self.settings
-            free = self._free_locked()
-            batch = min(s.batch, self._capacity_now())
+            capacity = self._capacity_now()
+            free = capacity - self._busy - len(self._acking) - self._claiming
+            batch = min(s.batch, capacity)
             wake = (returned and free in (1, batch)) or \
                 (handed and s.single_writer and len(self._acking) in (1, batch))
         if handed:
@@ -521,8 +523,11 @@ class Runtime:
                     self.queue.complete_many, completions))
             if written is not None:
                 results, interrupted = written
+                self.outcomes.succeeded([j for j, ok in zip(completions, results, strict=True)
+                                         if ok])
                 for job, ok in zip(completions, results, strict=True):
-                    self._record(job, SUCCEEDED, ok, interrupted, "", None)
+                    if not ok:
+                        self._record(job, SUCCEEDED, ok, interrupted, "", None)
         for o in mine:
             if o.kind in (RETRY, DEAD):
                 self._write_failure(o)
@@ -616,11 +621,13 @@ class Runtime:
 
     def _forget(self, job: Job) -> None:
         """Stop owning ``job``: its outcome is written, or it was lost."""
-        for owned in (self._inflight, self._writing):
-            if owned.get(job.id) is job:
-                del owned[job.id]
-        if job.id not in self._inflight:
-            self._renewed_at.pop(job.id, None)
+        job_id = job.id
+        if self._inflight.get(job_id) is job:
+            del self._inflight[job_id]
+        if self._writing.get(job_id) is job:
+            del self._writing[job_id]
+        if self._renewed_at and job_id not in self._inflight:
+            self._renewed_at.pop(job_id, None)
 
     def _owned_not_writing(self, job: Job) -> bool:
         with self._lock:

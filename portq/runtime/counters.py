@@ -74,6 +74,24 @@ class Outcomes:
                  logger: logging.Logger) -> None:
         self.counters, self.worker_id, self.log = counters, worker_id, logger
 
+    def succeeded(self, jobs: Sequence[Job]) -> None:
+        """Completions committed (a batch's): counted under one lock, one debug line
+        each when debug logging is on."""
+        if not jobs:
+            return
+        counters = self.counters
+        with counters._lock:
+            counters.succeeded += len(jobs)
+            for job in jobs:
+                per = counters.by_queue.get(job.queue)
+                if per is None:
+                    per = counters.by_queue[job.queue] = {}
+                per["succeeded"] = per.get("succeeded", 0) + 1
+        if self.log.isEnabledFor(logging.DEBUG):
+            for job in jobs:
+                self.log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
+                               job.id, job.queue, job.attempt, self.worker_id)
+
     def written(self, job: Job, outcome: str, error: str, retry_in: float | None) -> None:
         """An outcome committed: ``succeeded``, or a failure (dead when ``retry_in`` is
         None or the attempts are spent, else retried)."""

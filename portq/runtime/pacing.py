@@ -96,6 +96,8 @@ class LookAhead:
         self._cycle_s: float | None = None   # moving average of a claim's round trip
         self._recent: deque[float] = deque(maxlen=32)  # the last claims' round trips
         self._fastest = math.inf  # the fastest of them
+        self._size: int | None = None  # size() until a measurement changes
+        self._sized_for = 0.0  # the run time that size was worked out for
 
     @staticmethod
     def _average(old: float | None, sample: float) -> float:
@@ -103,21 +105,32 @@ class LookAhead:
 
     def job_ran(self, seconds: float) -> None:
         """A handler returned after ``seconds`` (callers serialise the calls)."""
-        self._job_s = self._average(self._job_s, max(seconds, 1e-6))
+        self._job_s = job_s = self._average(self._job_s, max(seconds, 1e-6))
+        if abs(job_s - self._sized_for) > 0.1 * self._sized_for:  # worth working out again
+            self._size = None
 
     def stalled(self, waited: float) -> None:
         """Jobs claimed ahead waited ``waited`` seconds without a thread freeing up: take
         the run time to be at least that (no look-ahead until short jobs bring it down)."""
         self._job_s = max(self._job_s or 0.0, waited)
+        self._size = None
 
     def claim_took(self, seconds: float) -> None:
         """A claim came back after ``seconds``."""
         self._cycle_s = self._average(self._cycle_s, seconds)
         self._recent.append(seconds)
         self._fastest = min(self._recent)
+        self._size = None
 
     def size(self) -> int:
-        """Jobs that may wait for a handler thread now."""
+        """Jobs that may wait for a handler thread now (worked out again only after a
+        measurement changed: it is read a few times per job)."""
+        if self._size is None:
+            self._sized_for = self._job_s or 0.0
+            self._size = self._work_out_size()
+        return self._size
+
+    def _work_out_size(self) -> int:
         job, cycle = self._job_s, self._cycle_s
         if job is None or cycle is None:
             return 0

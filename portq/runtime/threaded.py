@@ -48,8 +48,7 @@ class ThreadExecutor:
         runner = runtime.handler
         try:
             while (job := runtime.next_job()) is not None:
-                with self._lock:
-                    self._current[job.id] = (job, me)
+                self._current[job.id] = (job, me)  # one dict store: atomic, no lock
                 started = time.perf_counter()
                 error: BaseException | None = None
                 result = None
