@@ -9,10 +9,10 @@ import math
 import pytest
 import sqlglot
 from sqlglot import exp
+from test_sqlserver_oracle_static import _index_expressions, _one
 
 from portq.sql import load_queries
 from portq.stats import bucket_floor_ms, bucket_seconds, build_stats, percentile
-from test_sqlserver_oracle_static import _index_expressions, _one
 
 ENGINES = ("postgres", "mysql", "sqlite", "sqlserver", "oracle")
 
