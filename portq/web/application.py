@@ -17,7 +17,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from portq.queue import Queue
-from portq.web import actions, pages
+from portq.web import actions, charts, pages
 from portq.web.context import HERE, Dashboard, Settings, database_label
 from portq.web.gate import Gate
 from portq.web.queues import queue_routes
@@ -36,6 +36,7 @@ def build(queue: Queue, *, read_only: bool, token: str | None, poll_seconds: flo
     dash = Dashboard(queue=queue, settings=settings, guard=guard)
     routes = [
         *pages.routes(),
+        *charts.routes(),
         *actions.routes(),
         *queue_routes(queue, dash.render, actions.guarded, read_only, dash.refuse),
         *selected_routes(queue, dash.render, actions.guarded, read_only, dash.refuse),

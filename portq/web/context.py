@@ -29,6 +29,7 @@ HERE = Path(__file__).resolve().parent
 #: payload searches (a scan of the payloads) that may run at once: the others are told to
 #: try again, so that searches never hold every pooled connection and job pages still load
 SEARCHES_AT_ONCE = 2
+CHART_WIDTH = 240        # the Throughput page's bars (px)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,8 @@ def templates() -> Environment:
     env.filters["error_line"] = error_line
     env.filters["limits"] = limits_text
     env.globals["chart"] = chart_svg
+    env.filters["ms"] = ms_text
+    env.globals["series"] = series_svg
     return env
 
 
@@ -143,3 +146,46 @@ def chart_svg(values: list[int], dead: list[int] | None = None) -> dict[str, Any
         d = 0.0 if not dead or not dead[i] else max(1.0, 30 * dead[i] / top)
         bars.append({"x": i * 3, "h": round(h, 1), "d": round(min(d, h), 1), "v": v})
     return {"bars": bars, "top": top}
+
+
+def series_svg(succeeded: list[int], dead: list[int], bucket_s: int,
+               width: int = CHART_WIDTH) -> dict[str, Any]:
+    """Bar geometry of a window's series (oldest bucket first): each bar the succeeded and
+    dead jobs of its bucket, the dead part drawn over it; a title says when."""
+    totals = [s + d for s, d in zip(succeeded, dead, strict=True)]
+    top = max(totals, default=0) or 1
+    step = width / max(len(totals), 1)
+    bars = []
+    for i, v in enumerate(totals):
+        if not v:
+            continue
+        h = max(1.0, 30 * v / top)
+        d = 0.0 if not dead[i] else min(h, max(1.0, 30 * dead[i] / top))
+        bars.append({"x": round(i * step, 2), "w": round(step * 0.8, 2), "h": round(h, 1),
+                     "d": round(d, 1), "v": v, "dead": dead[i],
+                     "ago": ago_text((len(totals) - 1 - i) * bucket_s)})
+    return {"bars": bars, "top": top, "width": width}
+
+
+def ago_text(seconds: int) -> str:
+    """When a bucket began, in words (``now``, ``15 min ago``, ``3 h ago``)."""
+    if seconds <= 0:
+        return "this bucket"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400 * 2:
+        return f"{seconds / 3600:g} h ago"
+    return f"{seconds / 86400:.1f} d ago"
+
+
+def ms_text(ms: float | None) -> str:
+    """A duration in ms as the page shows it: ``-``, ``35 ms``, ``4.2 s``, ``3.1 min``."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 7_200_000:
+        return f"{ms / 60_000:.1f} min"
+    return f"{ms / 3_600_000:.1f} h"
