@@ -179,13 +179,7 @@ def ago_text(seconds: int) -> str:
 
 
 def ms_text(ms: float | None) -> str:
-    """A duration in ms as the page shows it: ``-``, ``35 ms``, ``4.2 s``, ``3.1 min``."""
+    """A duration in ms as the page shows it: ``-``, ``35 ms``, else as :func:`age_text`."""
     if ms is None:
         return "-"
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    if ms < 120_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 7_200_000:
-        return f"{ms / 60_000:.1f} min"
-    return f"{ms / 3_600_000:.1f} h"
+    return f"{ms:.0f} ms" if ms < 1000 else age_text(ms / 1000)
