@@ -65,11 +65,13 @@ def test_oracle_statistics_use_the_finished_index_expression(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["stats_series", "stats_latency"])
 def test_sqlserver_statistics_seek_the_filtered_index(name: str) -> None:
-    """The filtered index's literal state list (a parameter could not imply it), the window
-    as a DATEADD of whole seconds, a named derived table (T-SQL requires the alias)."""
+    """The filtered index's literal state list (a parameter could not imply it), no wait on
+    a job being finished (READPAST, as `stats`), the window as a DATEADD of whole seconds,
+    a named derived table (T-SQL requires the alias)."""
     sql = load_queries("sqlserver")[name]
     tree = _one("sqlserver", name)
     assert "state IN (N'succeeded', N'dead', N'cancelled')" in sql
+    assert "FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)" in sql   # never waits
     assert "DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())" in sql
     (sub,) = list(tree.find_all(exp.Subquery))[:1]
     assert sub.alias == "t"

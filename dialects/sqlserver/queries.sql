@@ -675,7 +675,8 @@ ORDER BY COUNT(*) DESC, concurrency_key;
 -- Both read only the jobs that finished within the window, seeking the filtered index
 -- portq_job_finished_idx over that range: the cost follows the rows in the window, never
 -- the table. The state filter is the index's own literal list (a parameter could not
--- imply it).
+-- imply it). READPAST, READCOMMITTEDLOCK as `stats`: with READ_COMMITTED_SNAPSHOT off a
+-- plain read would wait on a job being finished; statistics skip that row instead.
 
 -- name: stats_series
 -- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
@@ -683,7 +684,7 @@ ORDER BY COUNT(*) DESC, concurrency_key;
 SELECT queue, state, ago, COUNT(*)
 FROM (SELECT queue, state,
              DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / CAST(:bucket_s AS INT) AS ago
-      FROM portq_job
+      FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
       WHERE state IN (N'succeeded', N'dead', N'cancelled')
         AND finished_at > DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())) t
 GROUP BY queue, state, ago;
@@ -705,7 +706,7 @@ FROM (SELECT queue,
                                      THEN DATEDIFF_BIG(MICROSECOND, started_at,
                                                        finished_at) / 1000.0
                                      ELSE 1.0 END, 2)) AS INT) AS run_b
-      FROM portq_job
+      FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
       WHERE state IN (N'succeeded', N'dead', N'cancelled') AND state <> N'cancelled'
         AND finished_at > DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())) t
 GROUP BY queue, wait_b, run_b;
