@@ -159,7 +159,7 @@ def measure(url: str, total: int, repeat: int, keep: bool = False) -> dict[str, 
                                 "min_ms": round(times[0], 1)})
                 print(f"  {label}: {results[-1]['median_ms']} ms", file=sys.stderr,
                       flush=True)
-            from portq.web.routes import overview_data
+            from portq.web.pages import overview_data
             times = []
             for i in range(repeat + 2):  # what one recount of the overview's data costs
                 t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from portq.job import Claim, Job, JobRecord, QueueStats, State
 from portq.queue import Queue, connect
 from portq.retry import Backoff
 from portq.runtime.execution import Snooze
+from portq.stats import JobStats
 from portq.tasks import Task, current_job, task
 from portq.worker import RetryAfter, Worker
 
@@ -43,6 +44,7 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobRecord",
+    "JobStats",
     "JobTimeout",
     "LoginFailed",
     "PayloadError",

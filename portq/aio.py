@@ -27,7 +27,7 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from portq import sqla
@@ -55,6 +55,7 @@ from portq.runtime.counters import WorkerCounters
 from portq.runtime.front import WorkerFront
 from portq.runtime.loop import LoopExecutor
 from portq.sql import bind
+from portq.stats import JobStats
 
 if TYPE_CHECKING:
     pass
@@ -355,6 +356,11 @@ class AsyncQueue:
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         return await asyncio.to_thread(self.queue.stats, queue)
+
+    async def job_stats(self, window: float | timedelta | str = "1h",
+                        queue: str | None = None) -> list[JobStats]:
+        """See :meth:`portq.Queue.job_stats`."""
+        return await asyncio.to_thread(self.queue.job_stats, window, queue)
 
     async def pause(self, queue: str) -> None:
         """See :meth:`portq.Queue.pause`."""

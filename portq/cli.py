@@ -304,6 +304,8 @@ STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", 
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    if args.window is not None:
+        return _job_stats(args)
     with _open(args) as q:
         live = live_workers(q)  # None before migration 3: the column shows "-"
         serving = None if live is None else workers_per_queue(live)
@@ -320,6 +322,39 @@ def cmd_stats(args: argparse.Namespace) -> int:
         r["rate_limit"] = None if r["rate_limit"] is None else \
             f"{r['rate_limit']}/{period_text(r['rate_period_s'])}"
     _print_table(STATS_COLUMNS, [[_cell(r[c]) for c in STATS_COLUMNS] for r in rows])
+    return 0
+
+
+JOB_STATS_COLUMNS = ["queue", "succeeded", "dead", "cancelled", "per_min", "failed",
+                     "wait_p50", "wait_p95", "wait_p99", "run_p50", "run_p95", "run_p99"]
+
+
+def _ms_text(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    return f"{ms:.0f}ms" if ms < 1000 else f"{ms / 1000:.1f}s"
+
+
+def _job_stats(args: argparse.Namespace) -> int:
+    """``portq stats --window W``: throughput, failures, wait and run time percentiles."""
+    with _open(args) as q:
+        stats = q.job_stats(args.window, queue=args.queue)
+    if args.json:
+        print(json.dumps([s.as_dict() for s in stats], indent=2))
+        return 0
+    if not stats:
+        print(f"no jobs finished in the last {args.window}" +
+              (f" on queue {args.queue}" if args.queue else ""))
+        return 0
+    rows = []
+    for s in stats:
+        d = s.as_dict()
+        failed = "-" if s.failure_rate is None else f"{100 * s.failure_rate:.1f}%"
+        rows.append([s.queue, str(d["succeeded"]), str(d["dead"]), str(d["cancelled"]),
+                     f"{s.per_minute:.1f}", failed,
+                     *(_ms_text(s.wait_ms[p]) for p in ("p50", "p95", "p99")),
+                     *(_ms_text(s.run_ms[p]) for p in ("p50", "p95", "p99"))])
+    _print_table(JOB_STATS_COLUMNS, rows)
     return 0
 
 
@@ -894,6 +929,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", cmd_stats, "per-queue counts, oldest ready age, failures and "
                 "retry rate over the last hour (docs/operations.md)")
     p.add_argument("--queue", default=None, help="one queue (default: every queue)")
+    p.add_argument("--window", default=None, metavar="DURATION",
+                   help="instead: the jobs finished in the last DURATION (1h, 24h, 7d; up "
+                        "to 31d): succeeded, dead, cancelled, per minute, failure rate, "
+                        "wait (enqueue -> start) and run time p50/p95/p99")
 
     p = command("workers", cmd_workers, "the live workers: id, host, pid, queues, "
                 "concurrency, jobs in hand, last heartbeat")

@@ -198,6 +198,21 @@ class Backend(ABC):
         """``(queue, state, minutes_ago, count)`` of the jobs that finished (succeeded, dead,
         cancelled) in each of the last ``minutes`` minutes, by the database clock."""
 
+    # ---- job statistics (Queue.job_stats) ---- a separate block --------------------------
+    @abstractmethod
+    def stats_series(self, window_s: int, bucket_s: int) -> list[tuple[str, str, int, int]]:
+        """``(queue, state, buckets_ago, count)`` of the jobs that finished (succeeded, dead,
+        cancelled) in each ``bucket_s``-second bucket of the last ``window_s`` seconds, by
+        the database clock (bucket 0 the current one). Reads only the window's rows."""
+
+    @abstractmethod
+    def stats_latency(self, window_s: int) -> list[tuple[str, int | None, int | None, int]]:
+        """``(queue, wait_bucket, run_bucket, count)`` of the succeeded and dead jobs that
+        finished in the last ``window_s`` seconds: bucket ``b`` holds durations from
+        ``2 ** (b / 4)`` ms (wait: created to first start; run: latest start to finish;
+        None without a start time). Reads only the window's rows."""
+    # ---- end of job statistics ------------------------------------------------------------
+
     @abstractmethod
     def delete_finished(self, job_id: int) -> bool:
         """Delete one succeeded, dead or cancelled job (and its error history); False when

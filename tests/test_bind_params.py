@@ -149,6 +149,7 @@ def _workload(queue: portq.Queue) -> None:
     queue.stats()
     queue.stats("a")
     queue.finished_per_minute(5)
+    queue.job_stats("1h")
     queue.delete_finished(jobs[0].id)
     backend.pending("a")
     backend.next_lease_expiry_ms()

@@ -155,7 +155,8 @@ def test_every_page_fits_a_390_pixel_phone(browser: Any, server: str, queue: por
     context = browser.new_context(base_url=server, viewport={"width": 390, "height": 844})
     p = context.new_page()
     for path in ("/", f"/jobs?queue={qname}", "/jobs", f"/jobs/{job_id}", "/workers",
-                 "/schedules", f"/queues/{qname}", f"/queues/{qname}/confirm?action=pause"):
+                 "/schedules", "/throughput?window=7d", f"/queues/{qname}",
+                 f"/queues/{qname}/confirm?action=pause"):
         p.goto(path)
         width = p.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"{path} is {width} px wide at a 390 px viewport"

@@ -204,7 +204,7 @@ def test_cli_takes_a_host_list(tmp_path: Path) -> None:
 
 
 def test_dashboard_names_every_host_and_no_password() -> None:
-    from portq.web.routes import database_label
+    from portq.web.context import database_label
     url = _pg()
     listed = _with_hosts(url, f"127.0.0.1:{_dead_port()},{url.host}:{url.port or 5432}")
     with portq.connect(listed, prefix=PREFIX) as q:

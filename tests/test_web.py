@@ -120,7 +120,7 @@ def test_read_only_hides_and_refuses_actions(queue: portq.Queue, qname: str) -> 
 def test_bulk_action_confirms_the_count_and_runs_in_bounded_batches(
         client: TestClient, queue: portq.Queue, qname: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import portq.web.routes as web
+    import portq.web.actions as web
     monkeypatch.setattr(web, "BULK_BATCH", 3)
     calls: list[int] = []
     real = queue.cancel_many

@@ -598,3 +598,36 @@ WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
 GROUP BY concurrency_key
 ORDER BY COUNT(*) DESC, concurrency_key
 LIMIT :limit;
+
+-- ---- throughput and latency statistics (Queue.job_stats; portq stats; the dashboard) ----
+-- Both read only the jobs that finished within the window, walking portq_job_finished_idx
+-- over that range: the cost follows the rows in the window, never the table (EXPLAIN in
+-- docs/engines.md, "Job statistics").
+
+-- name: stats_series
+-- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
+-- and state (bucket 0 the current one).
+SELECT CONVERT(queue USING utf8mb4), CONVERT(state USING utf8mb4),
+       FLOOR(TIMESTAMPDIFF(MICROSECOND, finished_at, UTC_TIMESTAMP(6)) / 1000000 / :bucket_s)
+           AS ago,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL :window_s SECOND
+GROUP BY queue, state, ago;
+
+-- name: stats_latency
+-- Wait (created -> first start) and run (latest start -> finish) time of the succeeded and
+-- dead jobs of the window, as counts per queue and pair of log buckets: bucket b holds
+-- durations from 2^(b/4) ms (durations under 1 ms fall in bucket 0); NULL when the job has
+-- no start time.
+SELECT CONVERT(queue USING utf8mb4),
+       FLOOR(4 * LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, created_at, first_started_at)
+                               / 1000, 1))) AS wait_b,
+       FLOOR(4 * LOG2(GREATEST(TIMESTAMPDIFF(MICROSECOND, started_at, finished_at)
+                               / 1000, 1))) AS run_b,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead')
+  AND finished_at > UTC_TIMESTAMP(6) - INTERVAL :window_s SECOND
+GROUP BY queue, wait_b, run_b;

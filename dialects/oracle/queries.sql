@@ -594,3 +594,45 @@ GROUP BY CASE WHEN state = 'running' AND concurrency_key IS NOT NULL
               THEN concurrency_key END
 ORDER BY COUNT(*) DESC, ckey
 FETCH FIRST :limit ROWS ONLY
+
+-- ---- throughput and latency statistics (Queue.job_stats; portq stats; the dashboard) ----
+-- Both read only the jobs that finished within the window, walking the function-based
+-- portq_job_finished_idx over that range (its own CASE expression in WHERE): the cost
+-- follows the rows in the window, never the table.
+
+-- name: stats_series
+-- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
+-- and state (bucket 0 the current one).
+SELECT queue, state, ago, COUNT(*)
+FROM (SELECT queue, state,
+             FLOOR((CAST(SYS_EXTRACT_UTC(SYSTIMESTAMP) AS DATE) - CAST(finished_at AS DATE))
+                   * 86400 / :bucket_s) AS ago
+      FROM portq_job
+      WHERE CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
+            > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:window_s, 'SECOND')) t
+GROUP BY queue, state, ago
+
+-- name: stats_latency
+-- Wait (created -> first start) and run (latest start -> finish) time of the succeeded and
+-- dead jobs of the window, as counts per queue and pair of log buckets: bucket b holds
+-- durations from 2^(b/4) ms (durations under 1 ms fall in bucket 0); NULL when the job has
+-- no start time. A TIMESTAMP difference is an INTERVAL DAY TO SECOND: its fields add up
+-- to milliseconds.
+SELECT queue, wait_b, run_b, COUNT(*)
+FROM (SELECT queue,
+             FLOOR(4 * LOG(2, GREATEST(wait_ms, 1))) AS wait_b,
+             FLOOR(4 * LOG(2, GREATEST(run_ms, 1))) AS run_b
+      FROM (SELECT queue,
+                   EXTRACT(DAY FROM first_started_at - created_at) * 86400000
+                   + EXTRACT(HOUR FROM first_started_at - created_at) * 3600000
+                   + EXTRACT(MINUTE FROM first_started_at - created_at) * 60000
+                   + EXTRACT(SECOND FROM first_started_at - created_at) * 1000 AS wait_ms,
+                   EXTRACT(DAY FROM finished_at - started_at) * 86400000
+                   + EXTRACT(HOUR FROM finished_at - started_at) * 3600000
+                   + EXTRACT(MINUTE FROM finished_at - started_at) * 60000
+                   + EXTRACT(SECOND FROM finished_at - started_at) * 1000 AS run_ms
+            FROM portq_job
+            WHERE CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
+                  > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:window_s, 'SECOND')
+              AND state <> 'cancelled') m) t
+GROUP BY queue, wait_b, run_b

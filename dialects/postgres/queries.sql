@@ -585,3 +585,36 @@ FROM pg_control_system();
 -- The server process running this statement (pooler detection where server_identity's
 -- functions are refused).
 SELECT pg_backend_pid();
+
+-- ---- throughput and latency statistics (Queue.job_stats; portq stats; the dashboard) ----
+-- Both read only the jobs that finished within the window, walking portq_job_finished_idx
+-- over that range (finished_at > now() - window): the cost follows the rows in the window,
+-- never the table (EXPLAIN in docs/engines.md, "Job statistics").
+
+-- name: stats_series
+-- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
+-- and state (bucket 0 the current one).
+SELECT queue, state, floor(extract(epoch FROM now() - finished_at) / :bucket_s)::integer,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > now() - :window_s * interval '1 second'
+GROUP BY 1, 2, 3;
+
+-- name: stats_latency
+-- Wait (created -> first start) and run (latest start -> finish) time of the succeeded and
+-- dead jobs of the window, as counts per queue and pair of log buckets: bucket b holds
+-- durations from 2^(b/4) ms (durations under 1 ms fall in bucket 0); NULL when the job has
+-- no start time. The index's own state filter is kept so that the partial index applies.
+SELECT queue,
+       CASE WHEN first_started_at IS NOT NULL THEN floor(4 * ln(greatest(
+           extract(epoch FROM first_started_at - created_at)::float8 * 1000, 1))
+           / ln(2::float8))::integer END,
+       CASE WHEN started_at IS NOT NULL THEN floor(4 * ln(greatest(
+           extract(epoch FROM finished_at - started_at)::float8 * 1000, 1))
+           / ln(2::float8))::integer END,
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND state <> 'cancelled'
+  AND finished_at > now() - :window_s * interval '1 second'
+GROUP BY 1, 2, 3;

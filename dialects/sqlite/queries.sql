@@ -509,3 +509,37 @@ WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
 GROUP BY concurrency_key
 ORDER BY count(*) DESC, concurrency_key
 LIMIT :limit;
+
+-- ---- throughput and latency statistics (Queue.job_stats; portq stats; the dashboard) ----
+-- Both read only the jobs that finished within the window, walking portq_job_finished_idx
+-- over that range: the cost follows the rows in the window, never the table (EXPLAIN
+-- QUERY PLAN in docs/engines.md, "Job statistics"). Times are microseconds since the epoch.
+
+-- name: stats_series
+-- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
+-- and state (bucket 0 the current one).
+SELECT queue, state,
+       (CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - finished_at)
+           / (:bucket_s * 1000000),
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled')
+  AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+                    - :window_s * 1000000
+GROUP BY 1, 2, 3;
+
+-- name: stats_latency
+-- Wait (created -> first start) and run (latest start -> finish) time of the succeeded and
+-- dead jobs of the window, as counts per queue and pair of log buckets: bucket b holds
+-- durations from 2^(b/4) ms (durations under 1 ms fall in bucket 0); NULL when the job has
+-- no start time. log2() is one of SQLite's math functions (3.35+, on in its default build).
+-- The index's own state filter is kept so that the partial index applies.
+SELECT queue,
+       CAST(4 * log2(max((first_started_at - created_at) / 1000.0, 1)) AS INTEGER),
+       CAST(4 * log2(max((finished_at - started_at) / 1000.0, 1)) AS INTEGER),
+       count(*)
+FROM portq_job
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND state <> 'cancelled'
+  AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+                    - :window_s * 1000000
+GROUP BY 1, 2, 3;

@@ -670,3 +670,43 @@ FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
 WHERE queue = :queue AND state = N'running' AND concurrency_key IS NOT NULL
 GROUP BY concurrency_key
 ORDER BY COUNT(*) DESC, concurrency_key;
+
+-- ---- throughput and latency statistics (Queue.job_stats; portq stats; the dashboard) ----
+-- Both read only the jobs that finished within the window, seeking the filtered index
+-- portq_job_finished_idx over that range: the cost follows the rows in the window, never
+-- the table. The state filter is the index's own literal list (a parameter could not
+-- imply it). READPAST, READCOMMITTEDLOCK as `stats`: with READ_COMMITTED_SNAPSHOT off a
+-- plain read would wait on a job being finished; statistics skip that row instead.
+
+-- name: stats_series
+-- Jobs finished per bucket of :bucket_s seconds over the last :window_s seconds, per queue
+-- and state (bucket 0 the current one).
+SELECT queue, state, ago, COUNT(*)
+FROM (SELECT queue, state,
+             DATEDIFF(SECOND, finished_at, SYSUTCDATETIME()) / CAST(:bucket_s AS INT) AS ago
+      FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
+      WHERE state IN (N'succeeded', N'dead', N'cancelled')
+        AND finished_at > DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())) t
+GROUP BY queue, state, ago;
+
+-- name: stats_latency
+-- Wait (created -> first start) and run (latest start -> finish) time of the succeeded and
+-- dead jobs of the window, as counts per queue and pair of log buckets: bucket b holds
+-- durations from 2^(b/4) ms (durations under 1 ms fall in bucket 0); NULL when the job has
+-- no start time. LOG(x, 2): SQL Server 2012+.
+SELECT queue, wait_b, run_b, COUNT(*)
+FROM (SELECT queue,
+             CAST(FLOOR(4 * LOG(CASE WHEN DATEDIFF_BIG(MICROSECOND, created_at,
+                                                       first_started_at) > 1000
+                                     THEN DATEDIFF_BIG(MICROSECOND, created_at,
+                                                       first_started_at) / 1000.0
+                                     ELSE 1.0 END, 2)) AS INT) AS wait_b,
+             CAST(FLOOR(4 * LOG(CASE WHEN DATEDIFF_BIG(MICROSECOND, started_at,
+                                                       finished_at) > 1000
+                                     THEN DATEDIFF_BIG(MICROSECOND, started_at,
+                                                       finished_at) / 1000.0
+                                     ELSE 1.0 END, 2)) AS INT) AS run_b
+      FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
+      WHERE state IN (N'succeeded', N'dead', N'cancelled') AND state <> N'cancelled'
+        AND finished_at > DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())) t
+GROUP BY queue, wait_b, run_b;

@@ -908,6 +908,20 @@ class SqlBackend(Backend):
         return [(q, s, int(ago), int(n)) for q, s, ago, n in rows
                 if ago is not None and 0 <= int(ago) < minutes]
 
+    # ---- job statistics (Queue.job_stats; issue 31 item 11) ---- a separate block -------
+    def stats_series(self, window_s: int, bucket_s: int) -> list[tuple[str, str, int, int]]:
+        rows = self.run("stats_series", lambda cur: self.execute(
+            cur, "stats_series", {"window_s": window_s, "bucket_s": bucket_s}).fetchall(),
+            write=False)
+        return [(q, s, int(ago), int(n)) for q, s, ago, n in rows if ago is not None]
+
+    def stats_latency(self, window_s: int) -> list[tuple[str, int | None, int | None, int]]:
+        rows = self.run("stats_latency", lambda cur: self.execute(
+            cur, "stats_latency", {"window_s": window_s}).fetchall(), write=False)
+        return [(q, None if w is None else int(w), None if r is None else int(r), int(n))
+                for q, w, r, n in rows]
+    # ---- end of job statistics ----------------------------------------------------------
+
     def delete_finished(self, job_id: int) -> bool:
         return bool(self.run("delete_finished", lambda cur: self.execute(
             cur, "delete_finished", {"job_id": job_id}).rowcount == 1))

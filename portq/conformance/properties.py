@@ -217,6 +217,10 @@ PROPERTIES = (
         "test_progress_is_written_at_most_once_a_second_latest_kept",
         "test_progress_of_many_jobs_is_one_write_a_second",
         "test_progress_of_an_async_handler_does_not_block_the_loop")),
+    Property("job statistics over a window", (
+        "test_job_stats_count_finished_jobs_per_bucket_and_state",
+        "test_job_stats_wait_and_run_percentiles_follow_the_jobs_times",
+        "test_job_stats_of_the_async_queue_and_bad_windows")),
 )
 
 UNMAPPED = "unmapped tests"

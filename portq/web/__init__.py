@@ -39,8 +39,8 @@ def app(queue: Queue, *, read_only: bool = False, token: str | None = None,
     Request bodies over ``max_body`` bytes are refused (413) before anything reads them.
     """
     try:
+        from portq.web.application import build
         from portq.web.gate import host_names
-        from portq.web.routes import build
     except ImportError as exc:  # starlette or jinja2 missing
         raise ConfigurationError(
             f"the dashboard needs portq's web extra ({exc}); install it with: "

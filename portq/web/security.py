@@ -7,7 +7,8 @@ and ends at once on logout (its id is remembered as revoked until it would have 
 The CSRF token of a form is an HMAC of the session id. Both HMACs use a key drawn at
 start-up, so restarting the dashboard logs everyone out. Every comparison is constant-time
 (:func:`hmac.compare_digest`). Failed logins are logged and throttled per client address
-and overall.
+and overall. :class:`Sessions` is the middleware that gives each browser its session and
+sends a request without a valid login to the login page (or a 401 for ``/api/``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ import secrets
 import threading
 import time
 from collections import Counter, deque
+
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp
 
 from portq.errors import ConfigurationError
 
@@ -175,3 +181,47 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+class Sessions(BaseHTTPMiddleware):
+    """Session cookie and access token: every request but ``/static/`` gets a session
+    (``request.state.session_id``); without a valid login only ``/login`` is served."""
+
+    def __init__(self, app: ASGIApp, guard: Guard) -> None:
+        super().__init__(app)
+        self.guard = guard
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        root = request.scope.get("root_path", "")
+        path = request.url.path[len(root):]
+        if path.startswith("/static/"):  # assets: no session, no cookie, no login
+            return await call_next(request)
+        cookie = request.cookies.get(SESSION_COOKIE)
+        session = self.guard.session_id(cookie)
+        fresh = None
+        if session is None:
+            fresh = self.guard.new_session(authenticated=False)
+            session = fresh
+        request.state.session_id = session
+        auth = request.headers.get("authorization", "")
+        bearer = auth[7:] if auth.lower().startswith("bearer ") else None
+        response: Response
+        if path == "/login" or self.guard.authenticated(cookie, bearer):
+            response = await call_next(request)
+        elif path.startswith("/api/"):
+            response = JSONResponse({"error": "log in first"}, status_code=401)
+        else:
+            response = RedirectResponse(root + "/login", status_code=303)
+        if fresh is not None:
+            set_session(request, response, fresh, root)
+        return response
+
+
+def set_session(request: Request, response: Response, value: str,
+                root: str | None = None) -> None:
+    """Set the session cookie: HttpOnly, SameSite=Strict, Secure over https, scoped to
+    the dashboard's path."""
+    if root is None:
+        root = request.scope.get("root_path", "")
+    response.set_cookie(SESSION_COOKIE, value, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", path=root or "/")

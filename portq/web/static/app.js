@@ -24,7 +24,8 @@
   var COUNTS = ["ready", "scheduled", "running", "succeeded", "dead", "cancelled"];
 
   // Fetch this very page again and swap in what changed: the rows of the Jobs list (not
-  // while a row is ticked or a filter has focus), or a job's whole page until it ends.
+  // while a row is ticked or a filter has focus), a job's whole page until it ends, or
+  // the Throughput page's table.
   // The HTML comes from this server and is parsed inert (DOMParser runs no script).
   function liveReload(kind) {
     var every = Math.max(1, parseFloat(body.getAttribute("data-poll")) || 5) * 1000;
@@ -35,7 +36,7 @@
     }
     function swap(html) {
       var fresh = new DOMParser().parseFromString(html, "text/html");
-      var id = kind === "jobs" ? "jobs" : "job-live";
+      var id = { jobs: "jobs", job: "job-live", throughput: "throughput" }[kind];
       var now = document.getElementById(id);
       var next = fresh.getElementById(id);
       if (now && next) {
