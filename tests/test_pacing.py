@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from portq.runtime.pacing import LOOKAHEAD_BOUND_SHARE
 from portq.worker import LOOKAHEAD_CYCLES, LOOKAHEAD_LEASE_FRACTION, LookAhead, Pacing
 
 
@@ -48,12 +49,13 @@ def test_look_ahead_covers_claim_round_trips_of_short_jobs_within_its_bounds() -
     capped.claim_took(0.004)
     capped.job_ran(0.001)
     assert capped.size() == 100
-    # never more jobs than the handlers start in LOOKAHEAD_LEASE_FRACTION of the lease
+    # never more jobs than the handlers start in a share (LOOKAHEAD_BOUND_SHARE) of the
+    # bound after which an unstarted job is given back (LOOKAHEAD_LEASE_FRACTION of the lease)
     short = LookAhead(concurrency=4, lease=0.01, ceiling=10_000)
     short.claim_took(0.004)
     short.job_ran(0.001)
     assert short.max_wait == 0.01 * LOOKAHEAD_LEASE_FRACTION
-    assert short.size() == int(4 / 0.001 * short.max_wait)
+    assert short.size() == int(4 / 0.001 * short.max_wait * LOOKAHEAD_BOUND_SHARE)
 
 
 def test_look_ahead_follows_jobs_that_become_slow() -> None:

@@ -369,8 +369,7 @@ def test_many_short_pipelined_jobs_with_a_short_lease_lose_none(
 
 
 def test_default_worker_writes_as_its_engine_wants_and_loses_none(
-        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture,
-        worker_front: str) -> None:
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
     """No knobs, short jobs, a 0.6 s lease: where the engine has one sleeping write lock
     (``single_writer``: SQLite) every claim and completion is written by the one claim
     loop's thread; elsewhere completion batchers write completions beside the claim loops.
@@ -389,12 +388,7 @@ def test_default_worker_writes_as_its_engine_wants_and_loses_none(
             return write(*args, **kwargs)
         return wrapper
 
-    # the asyncio front gets a 2 s lease: under CI's five parallel suites its event loop
-    # was seen starting claimed-ahead jobs later than a tenth of 0.6 s (they were given
-    # back and rerun as generation 2). Its look-ahead is sized by handler time, not by the
-    # loop's start rate: a known gap (closing note of this stop)
-    lease = 0.6 if worker_front == "Worker" else 2.0
-    worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, lease=lease,
+    worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, lease=0.6,
                           idle_min=0.01, idle_max=0.05, burst=True)
     for name in writers:
         setattr(queue, name, recorded(name))

@@ -58,9 +58,14 @@ class LoopExecutor:
         runtime = self._runtime
         assert runtime is not None
         ran = 0
+        # a job's time, for the look-ahead, runs from when this task was free for it: the
+        # time the loop gave other tasks meanwhile counts, so that the look-ahead follows
+        # the loop's start rate (a loaded loop starts fewer jobs a second than the
+        # handlers' own time says, and jobs claimed for it would wait past their bound)
+        free_since = time.perf_counter()
         try:
             while job is not None:
-                await self._run(runtime, job)
+                free_since = await self._run(runtime, job, free_since)
                 ran += 1
                 if ran % JOBS_BEFORE_YIELD == 0:
                     await asyncio.sleep(0)
@@ -72,15 +77,15 @@ class LoopExecutor:
             if not self._shutting_down and len(runtime.line):
                 self._dispatch()  # jobs that came while this task was ending
 
-    async def _run(self, runtime: Runtime, job: Job) -> None:
-        """One job: await its handler, hand what happened to the runtime. A
+    async def _run(self, runtime: Runtime, job: Job, free_since: float) -> float:
+        """One job: await its handler, hand what happened to the runtime, with the time
+        since this task was ``free_since``; return when it is free again. A
         ``CancelledError`` is the handler's own failure unless portq cancelled the task
         (an operator's cancel or a timeout: nothing to write; shutdown: it ends here)."""
         task = asyncio.current_task()
         assert task is not None
         with self._lock:
             self._current[job.id] = (job, task)
-        started = time.perf_counter()
         error: BaseException | None = None
         result = None
         try:
@@ -99,7 +104,9 @@ class LoopExecutor:
             with self._lock:
                 if self._current.get(job.id, (None,))[0] is job:
                     del self._current[job.id]
-        runtime.finish(job, error, result, time.perf_counter() - started)
+        done = time.perf_counter()
+        runtime.finish(job, error, result, done - free_since)
+        return done
 
     def timed_out(self, job: Job) -> None:
         """Cancel the task awaiting ``job``'s handler, if it still runs that attempt when

@@ -52,9 +52,12 @@ class Pacing:
         return ceiling * random.uniform(0.5, 1.0)
 
 
-#: the look-ahead never holds more jobs than the handlers start in this fraction of the
-#: lease, and a job left unstarted longer than it is given back
+#: a job left unstarted longer than this fraction of the lease is given back
 LOOKAHEAD_LEASE_FRACTION = 0.1
+#: the look-ahead never holds more jobs than the handlers start in this share of that
+#: bound: the rest is slack for a slow moment (a loaded machine, a busy event loop), so
+#: that jobs claimed ahead are not given back for want of a few milliseconds
+LOOKAHEAD_BOUND_SHARE = 1 / 3
 #: claim round trips of jobs the look-ahead covers when jobs are shorter than a round trip
 LOOKAHEAD_CYCLES = 8
 #: claim round trips of jobs the look-ahead covers when jobs outlast a round trip
@@ -85,7 +88,9 @@ class LookAhead:
     longer than a round trip that is 0 (a worker then holds no job no thread is ready to
     run). When jobs are shorter than a round trip, it covers
     :data:`LOOKAHEAD_CYCLES` round trips of jobs, but never more jobs than the handlers start
-    in ``LOOKAHEAD_LEASE_FRACTION`` of the lease, and never more than ``ceiling``. Until the
+    in a third (``LOOKAHEAD_BOUND_SHARE``) of the bound after which an unstarted job is
+    given back (``LOOKAHEAD_LEASE_FRACTION`` of the lease), and never more than
+    ``ceiling``. Until the
     first job has finished nothing is known, and it is 0."""
 
     def __init__(self, concurrency: int, lease: float, ceiling: int) -> None:
@@ -141,9 +146,9 @@ class LookAhead:
         if job >= self._fastest:  # a loaded moment's slow claims count as 4 fast ones at most
             round_trip = min(cycle, 4 * self._fastest)
             return int(min(self.ceiling, starts_per_s * round_trip * LOOKAHEAD_SLOW_CYCLES,
-                           starts_per_s * self.max_wait))
+                           starts_per_s * self.max_wait * LOOKAHEAD_BOUND_SHARE))
         return int(min(self.ceiling, starts_per_s * cycle * LOOKAHEAD_CYCLES,
-                       starts_per_s * self.max_wait))
+                       starts_per_s * self.max_wait * LOOKAHEAD_BOUND_SHARE))
 
 
 
