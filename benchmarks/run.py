@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py [--jobs 10000] [--rounds 5] [--skip-peers]
         [--engines sqlite,postgres,mysql] [--no-growth] [--growth-rows 10000000]
         [--processes 1,2,4,8,16] [--from-json results.json]
+        [--middleware none,empty,otel,metrics] [--middleware-only]
 
 A short validation run: ``--jobs 2000 --rounds 1 --skip-peers --growth-rows 200000
 --processes 1,4``. Each section logs its start and its wall time; the results JSON keeps
@@ -24,6 +25,11 @@ them (``sections``) so the next runner knows what a full run costs.
 * rounds at 4 workers: on PostgreSQL every contender (raw loops, both portq workers, the
   peers) once per round; on SQLite and MariaDB the raw `complete_many` loop and the Worker
   once per round; the targets come from those rounds' medians;
+* middleware cost (benchmarks/middleware.py): no-op jobs drained by a burst worker on
+  each engine and front with no middleware, an empty chain, one pass-through
+  middleware, OpenTelemetry, the metrics' histograms (``--middleware`` picks them; ''
+  skips the section); ``--middleware-only`` runs just this section and rewrites the doc
+  from the results JSON with it replaced (the other sections and plots as they were);
 * procrastinate, pgqueuer, oban and chancy on the same PostgreSQL, installed only into
   benchmarks/.venv-peers by this script (never portq dependencies), each in a schema of
   its own of the benchmark database, bulk-enqueued and then VACUUM ANALYZEd exactly as
@@ -44,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from middleware import FRONTS, middleware_rounds, middleware_section, parse_variants
 
 import portq
 from portq import bench
@@ -462,6 +470,9 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     if "postgres" in engines and args.rounds and args.io:
         with section("I/O-bound jobs"):
             out["io"] = io_rounds(args.io_jobs, args.rounds, python)
+    if args.middleware:
+        with section("middleware cost"):
+            out["middleware"] = run_middleware(args, {e: urls[e] for e in engines})
     for engine in engines if args.growth else ():
         with section(f"growth on {engine}"):
             try:
@@ -489,6 +500,24 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     out["wall_s"] = round(sum(section.seconds.values()), 1)
     out["estimate_s"] = round(estimate(args), 1)
     return out
+
+
+def run_middleware(args: argparse.Namespace, urls: dict[str, str]) -> dict[str, Any]:
+    """The middleware cost rounds (benchmarks/middleware.py) on ``urls``' engines."""
+    fronts = tuple(f for f in FRONTS if f in args.middleware_fronts.split(","))
+    out = middleware_rounds(urls, parse_variants(args.middleware), args.middleware_jobs,
+                            args.middleware_rounds, fronts, log)
+    out["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return out
+
+
+def middleware_only(args: argparse.Namespace) -> dict[str, Any]:
+    """``--middleware-only``: the results JSON with its middleware section measured anew."""
+    res: dict[str, Any] = json.loads(args.results.read_text())
+    urls = {"sqlite": f"sqlite:///{tempfile.mkdtemp(prefix='portq-bench-')}/bench.db",
+            "postgres": PG_URL, "mysql": MYSQL_URL}
+    res["middleware"] = run_middleware(args, {e: urls[e] for e in args.engines.split(",")})
+    return res
 
 
 def rate(rows: list[dict[str, Any]], workers: int, batch: int | None = None,
@@ -775,7 +804,7 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
             lines.append(f"| {p['peer']} | bulk (1000/call) | {p['jobs']:,} | "
                          f"{p['enqueue_jobs_per_s']:,.0f} |")
     lines += pickup_section(res) + io_section(res) + growth_section(res) + \
-        processes_section(res)
+        processes_section(res) + middleware_section(res)
     lines += ["", "## Plots", ""] + [f"![{Path(i).stem}](benchmarks/{Path(i).name})"
                                       for i in images]
     def share(key: str) -> str:
@@ -1013,6 +1042,11 @@ def plot(res: dict[str, Any]) -> list[str]:
     if proc.returncode != 0:
         log(f"plots not made: {proc.stderr[-1000:]}")
         return []
+    return plotted(res)
+
+
+def plotted(res: dict[str, Any]) -> list[str]:
+    """The plots of ``res``, in the doc's order (as :func:`plot` made them)."""
     names = ["claim_latency", "throughput"] + [name for name in ("processes", "growth")
                                                 if res.get(name)]
     return [str(IMAGES / f"{name}.png") for name in names]
@@ -1054,10 +1088,27 @@ def main() -> int:
     parser.add_argument("--estimate", action="store_true",
                         help="only print the estimated wall time of a run with these flags")
     parser.add_argument("--from-json", type=Path, help="only rewrite the doc from results")
+    parser.add_argument("--middleware", default="none,empty,otel,metrics",
+                        help="middleware variants measured, of none, empty, pass, otel, "
+                             "metrics (default none,empty,otel,metrics; '': not measured)")
+    parser.add_argument("--middleware-jobs", type=int, default=3000,
+                        help="no-op jobs per middleware run (default 3000)")
+    parser.add_argument("--middleware-rounds", type=int, default=5,
+                        help="interleaved middleware rounds (default 5)")
+    parser.add_argument("--middleware-fronts", default=",".join(FRONTS),
+                        help="worker fronts of the middleware runs (default threads,asyncio)")
+    parser.add_argument("--middleware-only", action="store_true",
+                        help="only measure the middleware cost: the results JSON gets it, "
+                             "the doc is rewritten from that JSON (plots as they were)")
     args = parser.parse_args()
     DOC, IMAGES = args.doc, args.doc.parent / "benchmarks"
     if args.estimate:
         print(f"~{estimate(args) / 60:.0f} min")
+        return 0
+    if args.middleware_only:
+        res = middleware_only(args)
+        args.results.write_text(json.dumps(res, indent=1))
+        write_doc(res, plotted(res))
         return 0
     if args.from_json:
         res = json.loads(args.from_json.read_text())

@@ -178,7 +178,9 @@ class WorkerMetrics:
 class JobTimes:
     """A worker middleware observing, per queue, each job's wait (from its ``run_at`` to
     its handler's start: the claim's database time, ``lease_until`` minus the lease, plus
-    the local time since the claim was sent) and each attempt's run time."""
+    the local time since the claim was sent) and each attempt's run time. ``run_at``, not
+    ``created_at``: the time a due job waited for a worker, without a delay it was
+    scheduled with or a retry's backoff, which no worker could have shortened."""
 
     def __init__(self, queues: Sequence[str], lease: float) -> None:
         self.lease = lease

@@ -192,3 +192,40 @@ def test_bench_leaves_no_sqlite_file_behind(tmp_path: Path,
     with sqlite3.connect(kept) as conn:
         assert conn.execute("SELECT x FROM mine").fetchall() == [(1,)]
     assert kept.stat().st_size <= size + 4096
+
+
+def test_run_py_middleware_only_rewrites_its_section_alone(tmp_path: Path) -> None:
+    """`benchmarks/run.py --middleware-only` (tiny sizes, SQLite): the results JSON gains
+    the rounds of every variant on both fronts; the doc is the one the JSON made before,
+    with the section "Middleware cost" added; an unknown variant is named."""
+    import shutil
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    results, doc = tmp_path / "latest.json", tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    shutil.copy(root / "benchmarks" / "results" / "latest.json", results)
+    before = json.loads(results.read_text())
+    before.pop("middleware", None)
+    command = [sys.executable, str(root / "benchmarks" / "run.py"), "--middleware-only",
+               "--engines", "sqlite", "--middleware-jobs", "40", "--middleware-rounds", "2",
+               "--results", str(results), "--doc", str(doc)]
+    subprocess.run([*command, "--middleware", "none,empty,pass,otel,metrics"], check=True,
+                   capture_output=True, timeout=300)
+    after = json.loads(results.read_text())
+    runs = after.pop("middleware")
+    assert after == before  # nothing else measured anew
+    assert runs["variants"] == ["none", "empty", "pass", "otel", "metrics"]
+    for front in ("threads", "asyncio"):
+        for measure in ("runs", "cpu"):
+            got = runs[measure]["sqlite"][front]
+            assert {v: len(r) for v, r in got.items()} == dict.fromkeys(runs["variants"], 2)
+            assert all(x > 0 for r in got.values() for x in r)
+    assert len(runs["loadavg"]["sqlite"]) == 2
+    text = doc.read_text()
+    section = text[text.index("## Middleware cost"):text.index("## Plots")]
+    assert section.count("| threads |") == section.count("| asyncio |") == 5
+    assert "(SDK `TracerProvider`, no exporter)" in section
+    bad = subprocess.run([*command, "--middleware", "none,fast"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode != 0 and "unknown variant fast" in bad.stderr

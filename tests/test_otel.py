@@ -151,3 +151,29 @@ def test_an_enqueue_that_fails_ends_its_span_with_the_error(
     assert producer.status.status_code is StatusCode.ERROR
     assert (producer.attributes or {})["error.type"] == "portq.errors.SchemaMissingError"
     assert "messaging.message.id" not in (producer.attributes or {})
+
+
+def test_a_snoozed_attempt_is_no_error_and_the_next_runs_in_the_same_trace(
+        queue: portq.Queue, qname: str,
+        spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    provider, exporter = spans
+    otel.instrument(queue, tracer_provider=provider)
+    calls: list[int] = []
+
+    def handler(job: Job) -> str:
+        calls.append(job.attempt)
+        if len(calls) == 1:
+            raise portq.Snooze(0, "not yet")
+        return "done"
+
+    job_id = queue.enqueue(qname, "later")
+    quiet_worker(queue, qname, handler, burst=True).run()
+    assert queue.result(job_id) == "done" and len(calls) == 2
+    (producer,) = by_kind(exporter, SpanKind.PRODUCER)
+    consumers = sorted(by_kind(exporter, SpanKind.CONSUMER), key=lambda s: s.start_time or 0)
+    assert [(s.attributes or {})["messaging.portq.outcome"] for s in consumers] == \
+        ["snoozed", "succeeded"]
+    for span in consumers:
+        assert span.context.trace_id == producer.context.trace_id
+        assert span.status.status_code is StatusCode.UNSET
+        assert "error.type" not in (span.attributes or {}) and not span.events

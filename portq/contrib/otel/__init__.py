@@ -16,9 +16,10 @@ and each retry is a span of its own in the same trace. Attributes follow OpenTel
 messaging conventions: ``messaging.system`` = ``portq``, ``messaging.destination.name`` =
 the queue, ``messaging.message.id`` = the job id, ``messaging.operation.type`` /
 ``.name``; portq's own under ``messaging.portq.*``: ``attempt``, ``max_attempts``,
-``task``, ``outcome`` (``succeeded``, ``retry``, ``dead``, ``cancelled``, as the handler
-ended; the worker's write decides the job's state). A failed attempt's span has status
-ERROR, ``error.type`` and the exception recorded. No SDK or exporter is configured here:
+``task``, ``outcome`` (``succeeded``, ``retry``, ``dead``, ``snoozed``, ``cancelled``, as
+the handler ended; the worker's write decides the job's state). A failed attempt's span has
+status ERROR, ``error.type`` and the exception recorded; a snoozed one (``portq.Snooze``:
+its attempt given back, not a failure) has neither. No SDK or exporter is configured here:
 the application's (or ``tracer_provider=``) receives the spans.
 
 The Django backend: :func:`instrument_django` instruments the backend's queue (enqueues
@@ -37,6 +38,7 @@ from portq.errors import Permanent
 from portq.hooks import Enqueueing
 from portq.job import Job
 from portq.queue import Queue
+from portq.runtime.execution import Snooze
 
 SYSTEM = "portq"
 _SPAN = "portq.otel.span"
@@ -140,14 +142,17 @@ def outcome_of(job: Job, exc: BaseException | None) -> str:
         return "cancelled"
     if exc is None:
         return "succeeded"
+    if isinstance(exc, Snooze):
+        return "snoozed"
     if isinstance(exc, Permanent) or job.attempt >= job.max_attempts:
         return "dead"
     return "retry"
 
 
 def _ended(span: Span, job: Job, exc: BaseException | None) -> None:
-    span.set_attribute("messaging.portq.outcome", outcome_of(job, exc))
-    if exc is not None:
+    outcome = outcome_of(job, exc)
+    span.set_attribute("messaging.portq.outcome", outcome)
+    if exc is not None and outcome != "snoozed":
         _failed(span, exc)
 
 
