@@ -298,7 +298,8 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
     return stops
 
 
-STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
+STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "waiting", "succeeded", "dead",
+                 "cancelled",
                  "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
                  "paused", "running_limit", "rate_limit"]
 

@@ -116,6 +116,15 @@ class SqliteBackend(SqlBackend):
     def begin(self, conn: Any, write: bool) -> None:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
+    def run_ddl(self, cur: Any, statement: str) -> None:
+        """Run one migration statement; after one that rewrites a table's stored SQL
+        (``UPDATE sqlite_master``, migration 12), bump ``schema_version`` so that every
+        connection reloads the schema (SQLite's documented writable_schema procedure)."""
+        cur.execute(statement)
+        if statement.lstrip().upper().startswith("UPDATE SQLITE_MASTER"):
+            version = int(cur.execute("PRAGMA schema_version").fetchone()[0])
+            cur.execute(f"PRAGMA schema_version = {version + 1:d}")
+
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, sqlite3.IntegrityError):
             text = str(exc).upper()
