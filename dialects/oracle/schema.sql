@@ -196,6 +196,8 @@ ALTER TABLE portq_job ADD (
 -- while unfinished, so that a completion does the extra step only then. One portq_job_dep
 -- row per edge (job_id waits on depends_on); resolved = 1 once depends_on's end was
 -- counted. NOT NULL columns with a DEFAULT are a dictionary change (11g+): no row rewritten.
+-- One constraint per statement: a re-run after an interrupted migration drops the widened
+-- ones again, skips the columns (ORA-01430) and adds each back (run_ddl's skips).
 ALTER TABLE portq_job DROP CONSTRAINT portq_job_state_ck
 /
 ALTER TABLE portq_job DROP CONSTRAINT portq_job_finished_ck
@@ -205,15 +207,18 @@ ALTER TABLE portq_job ADD (
     has_dependents NUMBER(1)  DEFAULT 0 NOT NULL
                        CONSTRAINT portq_job_has_dependents_ck CHECK (has_dependents IN (0, 1)),
     dep_failure    NUMBER(1)  DEFAULT 0 NOT NULL
-                       CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1)),
-    CONSTRAINT portq_job_state_ck
-        CHECK (state IN ('ready', 'running', 'waiting', 'succeeded', 'dead', 'cancelled')),
-    CONSTRAINT portq_job_finished_ck CHECK (
-        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
-        OR (state IN ('ready', 'running', 'waiting') AND finished_at IS NULL)),
-    CONSTRAINT portq_job_deps_ck CHECK (
-        (state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0))
+                       CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1))
 )
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_state_ck
+    CHECK (state IN ('ready', 'running', 'waiting', 'succeeded', 'dead', 'cancelled'))
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_finished_ck CHECK (
+    (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+    OR (state IN ('ready', 'running', 'waiting') AND finished_at IS NULL))
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_deps_ck CHECK (
+    (state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0))
 /
 CREATE TABLE portq_job_dep (
     job_id     NUMBER(19) NOT NULL CONSTRAINT portq_job_dep_job_fk
@@ -225,4 +230,10 @@ CREATE TABLE portq_job_dep (
 )
 /
 CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved)
+/
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): a function-based index holding flagged rows
+-- only (an all-NULL key is not indexed); dep_unsettled repeats the expression
+CREATE INDEX portq_job_unsettled_idx ON portq_job (
+    CASE WHEN has_dependents = 1 AND state IN ('dead', 'cancelled') THEN job_id END)
 /

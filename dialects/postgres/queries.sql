@@ -631,12 +631,12 @@ UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :d
 WHERE job_id = :job_id AND state = 'ready';
 
 -- A dependency that ended (its row held by this transaction): count its unresolved edges
--- off the waiting dependents (:any = 1: every one, after a success; 0: those that run
+-- off the waiting dependents (:every = 1: every one, after a success; 0: those that run
 -- anyway, after it ended dead or cancelled), cancel the rest, mark the edges resolved.
 -- name: dep_release
 UPDATE portq_job
 SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
-WHERE state = 'waiting' AND (:any = 1 OR dep_failure = 1)
+WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
   AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
 
 -- name: dep_cancel_ids

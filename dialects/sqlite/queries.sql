@@ -534,7 +534,7 @@ WHERE job_id = :job_id AND state = 'ready';
 -- name: dep_release
 UPDATE portq_job
 SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
-WHERE state = 'waiting' AND (:any = 1 OR dep_failure = 1)
+WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
   AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
 
 -- name: dep_cancel_ids

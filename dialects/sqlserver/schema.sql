@@ -240,7 +240,8 @@ ALTER TABLE portq_job ADD
 -- cascades: a second cascading path from portq_job (depends_on) would be refused (1785).
 -- NOT NULL columns with a constant default: a metadata change on 2012+ (Enterprise) or a
 -- rewrite (Standard), as in migration 9.
-ALTER TABLE portq_job DROP CONSTRAINT portq_job_state_ck, portq_job_finished_ck;
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_state_ck;
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_finished_ck;
 ALTER TABLE portq_job ADD
     deps_left      INT      NOT NULL CONSTRAINT portq_job_deps_left_df DEFAULT 0,
     has_dependents SMALLINT NOT NULL CONSTRAINT portq_job_has_dependents_df DEFAULT 0
@@ -264,3 +265,7 @@ CREATE TABLE portq_job_dep (
     CONSTRAINT portq_job_dep_pk PRIMARY KEY (job_id, depends_on)
 );
 CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): a filtered index of flagged rows
+CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
+    WHERE has_dependents = 1 AND state IN (N'dead', N'cancelled');

@@ -109,7 +109,7 @@ def resolve(backend: SqlBackend, cur: Any, job_id: int, state: str) -> None:
     while pending:
         dep, end = pending.pop()
         params = {"job_id": dep}
-        backend.execute(cur, "dep_release", {**params, "any": int(end == "succeeded")})
+        backend.execute(cur, "dep_release", {**params, "every": int(end == "succeeded")})
         if end != "succeeded":
             doomed = [(int(i), int(flag)) for i, flag in
                       backend.execute(cur, "dep_cancel_ids", params).fetchall()]
