@@ -188,7 +188,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         result = q.enqueue_result(args.queue, payload, priority=args.priority,
                                   delay=args.delay, key=args.key,
                                   max_attempts=args.max_attempts, timeout=args.timeout,
-                                  **unique_options(args))
+                                  **unique_options(args), **dependency_options(args))
     if result.created:
         text = f"created job {result.id} on queue {args.queue}"
     else:
@@ -196,6 +196,18 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     _emit(args, {"id": result.id, "created": result.created, "queue": args.queue,
                  "key": args.key}, text)
     return 0
+
+
+def dependency_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--depends-on 3,4`` and ``--on-dependency-failure`` of ``portq enqueue``."""
+    if args.depends_on is None:
+        return {}
+    try:
+        ids = [int(part) for part in args.depends_on.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigurationError(f"--depends-on {args.depends_on!r} must be job ids separated "
+                                 "by commas, e.g. 3,4") from None
+    return {"depends_on": ids, "on_dependency_failure": args.on_dependency_failure}
 
 
 def unique_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -818,6 +830,11 @@ def build_parser() -> argparse.ArgumentParser:
     duration(p, "--unique-for", None, "scope --key to jobs created within this long (e.g. 1h)")
     p.add_argument("--unique-states", default=None, metavar="STATES",
                    help="scope --key to jobs in these states, e.g. ready,running")
+    p.add_argument("--depends-on", default=None, metavar="IDS",
+                   help="job ids, e.g. 3,4: the job waits until they all succeeded")
+    p.add_argument("--on-dependency-failure", choices=("cancel", "run"), default="cancel",
+                   help="when a dependency ends dead or cancelled: cancel this job "
+                        "(default) or run it anyway")
 
     p = command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst)",
                 json_help=None)
