@@ -581,6 +581,23 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workflow(args: argparse.Namespace) -> int:
+    """``portq workflow URL ID``: the jobs linked to ID by dependencies, either way."""
+    from portq.workflow import graph
+    ids = _job_ids(args)
+    if len(ids) != 1:
+        raise ConfigurationError("give exactly one job id")
+    with _open(args) as q:
+        nodes = graph(q, ids[0])
+    if args.json:
+        print(json.dumps(nodes, indent=2))
+        return 0
+    _print_table(["id", "state", "queue", "after"],
+                 [[str(n["id"]), _cell(n["state"] or "pruned"), _cell(n["queue"]),
+                   ",".join(map(str, n["after"])) or "-"] for n in nodes])
+    return 0
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     ids = _job_ids(args)
     if len(ids) != 1:
@@ -1005,6 +1022,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
                    help="the job (URL may be left out when $PORTQ_URL is set)")
+    p = command("workflow", cmd_workflow, "the jobs linked to a job by dependencies, "
+                "either way: id, state, queue and the ids each one waits for")
+    p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                   help="a job of the workflow (URL may be left out when $PORTQ_URL is set)")
 
     from portq.conformance import TEST_PREFIX
     p = command("conformance", cmd_conformance,

@@ -19,6 +19,7 @@ import pytest
 import portq
 from portq.backends.dependencies import UnknownDependency
 from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.plugin import raw_connection
 from portq.conformance.test_worker import processes, wait_for_records, worker_process
 from portq.job import Job
 
@@ -211,7 +212,7 @@ def test_killed_worker_processes_lose_and_double_release_nothing(
     chain = [queue.enqueue(qname, "c0", depends_on=[callback])]
     for i in range(1, 6):
         chain.append(queue.enqueue(qname, f"c{i}", depends_on=[chain[-1]]))
-    deps = {callback: fan, **{c: [p] for p, c in zip([callback, *chain], chain)}}
+    deps = {callback: fan, **{c: [p] for p, c in zip([callback, *chain[:-1]], chain, strict=True)}}
     total = len(fan) + 1 + len(chain)
     record, log = tmp_path / "claims.jsonl", tmp_path / "workers.log"
     with processes() as procs:
@@ -255,3 +256,37 @@ def test_killed_worker_processes_lose_and_double_release_nothing(
     assert queue.result(callback) == {"id": callback, "seen": fan}
     print(f"\n[{queue.backend.engine}] 3 workers SIGKILLed mid-workflow; {total} jobs "
           "succeeded, each after its dependencies")
+
+
+def test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction(
+        queue: portq.Queue, qname: str) -> None:
+    """group(...).then(callback) and a.then(b).then(c), each step reading the one before;
+    a workflow written with the caller's rolled-back transaction leaves no job."""
+    from portq.workflow import enqueue, graph, group, job, previous_result
+    flow = group(job(qname, 1), job(qname, 2), job(qname, 3)).then(job(qname, "sum"))
+    fan = enqueue(queue, flow)
+    steps = enqueue(queue, job(qname, "a").then(job(qname, "b")).then(job(qname, "c")))
+    assert len(fan.ids) == 4 and fan.last == [fan.ids[3]] and steps.last == [steps.ids[2]]
+    assert [n["after"] for n in graph(queue, fan.ids[3])] == [[], [], [], fan.ids[:3]]
+    seen: dict[int, Any] = {}
+
+    def handler(j: Job) -> Any:
+        if j.id == fan.ids[3]:
+            return sum(j.dependency_results().values())
+        if j.id in steps.ids:
+            seen[j.id] = previous_result(j)
+            return f"{seen[j.id]}>{j.payload}"
+        return j.payload
+    worker = quiet_worker(queue, qname, handler, concurrency=3, idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == 7, timeout=60)
+    assert queue.result(fan.ids[3]) == 6
+    assert queue.result(steps.ids[2]) == "None>a>b>c"
+    conn = raw_connection(queue)
+    try:
+        written = enqueue(queue, job(qname, "x").then(job(qname, "y")), conn=conn)
+        assert len(written.ids) == 2
+        conn.rollback()
+    finally:
+        conn.close()
+    assert counts(queue, qname)["waiting"] == 0 and counts(queue, qname)["ready"] == 0
