@@ -88,7 +88,8 @@ ORACLE_EXTRA: dict[str, frozenset[str]] = {
 #: second step the ids the first locked (MysqlBackend.claim_rows, fenced_rows, batch_rows)
 MYSQL_EXTRA: dict[str, frozenset[str]] = {
     name: frozenset({"ids"}) for name in (
-        "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many")}
+        "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many",
+        "dep_release", "dep_cancel")}
 #: statements no call site runs any more, kept for the protocol's shape (base.py runs the
 #: batched forms: renew -> renew_many, complete -> complete_many); their parameters are
 #: those of the fenced writes

@@ -612,35 +612,54 @@ LIMIT :limit;
 -- level. UPDATE ... SET assigns left to right here, so `state` (reading the old deps_left)
 -- comes before `deps_left`.
 -- name: dep_lock
-SELECT state FROM portq_job WHERE job_id = :job_id FOR UPDATE;
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id
+FOR UPDATE;
 
 -- name: dep_flag
-UPDATE portq_job SET has_dependents = 1 WHERE job_id = :job_id AND has_dependents = 0;
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting');
 
 -- name: dep_insert
-INSERT INTO portq_job_dep (job_id, depends_on, resolved) VALUES (:job_id, :depends_on, :resolved);
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
 
 -- name: dep_wait
 UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure
 WHERE job_id = :job_id AND state = 'ready';
 
 -- name: dep_release
+-- Two steps (MysqlBackend.dependents_update): the dependents through the edge index, locked,
+-- then their update (a one-statement UPDATE ... IN (subquery) scans the job table here).
+SELECT w.job_id
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting'
+  AND (:every = 1 OR w.dep_failure = 1)
+ORDER BY w.job_id
+FOR UPDATE;
+
 UPDATE portq_job
 SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
-WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
-  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+WHERE job_id IN (:ids) AND state = 'waiting';
 
 -- name: dep_cancel_ids
-SELECT job_id, has_dependents FROM portq_job
-WHERE state = 'waiting' AND dep_failure = 0
-  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0)
+SELECT w.job_id, w.has_dependents
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting' AND w.dep_failure = 0
 FOR UPDATE;
 
 -- name: dep_cancel
+SELECT w.job_id
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting' AND w.dep_failure = 0
+ORDER BY w.job_id
+FOR UPDATE;
+
 UPDATE portq_job
 SET state = 'cancelled', deps_left = 0, finished_at = UTC_TIMESTAMP(6), last_error = :error
-WHERE state = 'waiting' AND dep_failure = 0
-  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+WHERE job_id IN (:ids) AND state = 'waiting' AND dep_failure = 0;
 
 -- name: dep_cancel_job
 UPDATE portq_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), last_error = :error

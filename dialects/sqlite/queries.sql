@@ -519,13 +519,18 @@ LIMIT :limit;
 -- ---- job dependencies (migration 12; portq/backends/dependencies.py) -------------------
 -- Every write transaction holds SQLite's one write lock: no row locks are needed.
 -- name: dep_lock
-SELECT state FROM portq_job WHERE job_id = :job_id;
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id;
 
 -- name: dep_flag
-UPDATE portq_job SET has_dependents = 1 WHERE job_id = :job_id AND has_dependents = 0;
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting');
 
 -- name: dep_insert
-INSERT INTO portq_job_dep (job_id, depends_on, resolved) VALUES (:job_id, :depends_on, :resolved);
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
 
 -- name: dep_wait
 UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure

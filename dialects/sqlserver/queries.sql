@@ -682,13 +682,18 @@ ORDER BY COUNT(*) DESC, concurrency_key;
 -- UPDLOCK reads hold the dependency's row to commit (READ COMMITTED, set on every session):
 -- its completion waits for this enqueue, and this read sees the row as last committed.
 -- name: dep_lock
-SELECT state FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK) WHERE job_id = :job_id;
+SELECT job_id, state FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id;
 
 -- name: dep_flag
-UPDATE portq_job SET has_dependents = 1 WHERE job_id = :job_id AND has_dependents = 0;
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN (N'ready', N'running', N'waiting');
 
 -- name: dep_insert
-INSERT INTO portq_job_dep (job_id, depends_on, resolved) VALUES (:job_id, :depends_on, :resolved);
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN (N'ready', N'running', N'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
 
 -- name: dep_wait
 UPDATE portq_job SET state = N'waiting', deps_left = :deps_left, dep_failure = :dep_failure

@@ -1095,6 +1095,11 @@ class SqlBackend(Backend):
             results.append(result)
         return results
 
+    def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Run ``dep_release`` / ``dep_cancel`` (an update of a dependency's waiting
+        dependents). Default: one statement; MySQL/MariaDB lock the ids first."""
+        self.execute(cur, name, params)
+
     def completed_dependencies(self, cur: Any, flagged: Sequence[int]) -> None:
         """Release the dependents of jobs this transaction completed (``flagged``: those
         with ``has_dependents``)."""

@@ -37,17 +37,37 @@ class UnknownDependency(ConfigurationError):
     """``depends_on`` named a job that does not exist (never enqueued, or pruned)."""
 
 
+#: lengths of the id lists the dependency statements are sent with (a list is padded to the
+#: next by repeating its last id): a few statement shapes for engines with statement
+#: caches, each under Oracle's 1000 IN-list items and SQL Server's 2100 parameters
+ID_LIST_LENGTHS = (1, 4, 16, 64, 256, 512)
+
+
+def id_lists(ids: Sequence[int]) -> list[tuple[int, ...]]:
+    """``ids`` in lists of the lengths in :data:`ID_LIST_LENGTHS`, each padded by repeating
+    its last id (an IN list matches a repeated id once)."""
+    longest = ID_LIST_LENGTHS[-1]
+    out = []
+    for i in range(0, len(ids), longest):
+        chunk = tuple(ids[i:i + longest])
+        size = next(n for n in ID_LIST_LENGTHS if n >= len(chunk))
+        out.append(chunk + (chunk[-1],) * (size - len(chunk)))
+    return out
+
+
 def lock_dependencies(backend: SqlBackend, cur: Any, jobs: Sequence[NewJob]) -> dict[int, str]:
     """Lock every dependency row of ``jobs`` (ascending id: concurrent enqueues take them
     in one order) and read its state; raise :class:`UnknownDependency` before anything is
     written when one does not exist."""
+    wanted = sorted({d for job in jobs for d in job.depends_on})
     states: dict[int, str] = {}
-    for dep in sorted({d for job in jobs for d in job.depends_on}):
-        row = backend.execute(cur, "dep_lock", {"job_id": dep}).fetchone()
-        if row is None:
-            raise UnknownDependency(f"depends_on: job {dep} does not exist (it was never "
-                                    "enqueued, or it was pruned)")
-        states[dep] = state_text(row[0])
+    for ids in id_lists(wanted):
+        for job_id, state in backend.execute(cur, "dep_lock", {"dep_ids": ids}).fetchall():
+            states[int(job_id)] = state_text(state)
+    missing = [d for d in wanted if d not in states]
+    if missing:
+        raise UnknownDependency(f"depends_on: job {missing[0]} does not exist (it was never "
+                                "enqueued, or it was pruned)")
     return states
 
 
@@ -65,14 +85,12 @@ def attach(backend: SqlBackend, cur: Any, job: NewJob, result: EnqueueResult,
     failed = [(d, states[d]) for d in job.depends_on
               if states[d] in ("dead", "cancelled")] if job.on_dependency_failure == "cancel" \
         else []
-    left = 0
-    for dep in job.depends_on:
-        unfinished = states[dep] in UNFINISHED and not failed
-        if unfinished:
-            backend.execute(cur, "dep_flag", {"job_id": dep})
-            left += 1
-        backend.execute(cur, "dep_insert", {"job_id": result.id, "depends_on": dep,
-                                            "resolved": 0 if unfinished else 1})
+    left = 0 if failed else sum(states[d] in UNFINISHED for d in job.depends_on)
+    for ids in id_lists(job.depends_on):
+        if left:
+            backend.execute(cur, "dep_flag", {"dep_ids": ids})
+        backend.execute(cur, "dep_insert", {"job_id": result.id, "dep_ids": ids,
+                                            "count_unfinished": int(not failed)})
     if failed:
         dep, state = failed[0]
         backend.execute(cur, "dep_cancel_job", {"job_id": result.id,
@@ -109,13 +127,13 @@ def resolve(backend: SqlBackend, cur: Any, job_id: int, state: str) -> None:
     while pending:
         dep, end = pending.pop()
         params = {"job_id": dep}
-        backend.execute(cur, "dep_release", {**params, "every": int(end == "succeeded")})
+        backend.dependents_update(cur, "dep_release", {**params, "every": int(end == "succeeded")})
         if end != "succeeded":
             doomed = [(int(i), int(flag)) for i, flag in
                       backend.execute(cur, "dep_cancel_ids", params).fetchall()]
             if doomed:
-                backend.execute(cur, "dep_cancel", {**params,
-                                                    "error": failure_reason(dep, end)})
+                backend.dependents_update(cur, "dep_cancel", {
+                    **params, "error": failure_reason(dep, end)})
                 pending += [(i, "cancelled") for i, flag in doomed if flag]
         backend.execute(cur, "dep_resolve", params)
         backend.execute(cur, "dep_unflag", params)

@@ -260,6 +260,14 @@ class MysqlBackend(SqlBackend):
         ids = self._lock_ids(cur, lock, params)
         return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
 
+    def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Lock the dependents' ids through the edge index (an UPDATE ... WHERE job_id IN
+        (subquery) walks the whole job table here), then update those rows."""
+        lock, change = self.steps[name]
+        ids = self._lock_ids(cur, lock, params)
+        if ids:
+            self.execute(cur, change, {**params, "ids": ids})
+
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())
 
