@@ -163,7 +163,8 @@ PROPERTIES = (
         "test_results_flow_to_dependents_and_are_kept_from_pruning",
         "test_a_worker_runs_a_chain_and_a_fan_in_in_order",
         "test_killed_worker_processes_lose_and_double_release_nothing",
-        "test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction")),
+        "test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction",
+        "test_cli_enqueue_depends_on_and_workflow_shows_the_graph")),
     Property("tasks by name", (
         "test_sync_worker_routes_both_kinds_of_task",
         "test_async_worker_routes_tasks_deferred_async",

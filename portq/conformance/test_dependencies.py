@@ -7,6 +7,7 @@ processes killed mid-workflow lose or double-release nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -18,7 +19,7 @@ import pytest
 
 import portq
 from portq.backends.dependencies import UnknownDependency
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import counts, quiet_worker, run_portq, running, wait_until
 from portq.conformance.plugin import raw_connection
 from portq.conformance.test_worker import processes, wait_for_records, worker_process
 from portq.job import Job
@@ -290,3 +291,23 @@ def test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction(
     finally:
         conn.close()
     assert counts(queue, qname)["waiting"] == 0 and counts(queue, qname)["ready"] == 0
+
+
+def test_cli_enqueue_depends_on_and_workflow_shows_the_graph(
+        queue: portq.Queue, engine_url: str, qname: str) -> None:
+    """``portq enqueue --depends-on 3,4`` and ``portq workflow URL ID``."""
+    prefix = queue.backend.prefix
+    a, b = queue.enqueue(qname, "a"), queue.enqueue(qname, "b")
+    out = run_portq("enqueue", engine_url, "--prefix", prefix, "--queue", qname,
+                    "--depends-on", f"{a},{b}", "--json").stdout
+    c = json.loads(out)["id"]
+    assert _state(queue, c) == "waiting"
+    nodes = json.loads(run_portq("workflow", engine_url, str(a), "--prefix", prefix,
+                                 "--json").stdout)
+    assert [(n["id"], n["state"], n["after"]) for n in nodes] == \
+        [(a, "ready", []), (b, "ready", []), (c, "waiting", [a, b])]
+    text = run_portq("workflow", engine_url, str(c), "--prefix", prefix).stdout
+    assert "waiting" in text and f"{a},{b}" in text
+    bad = run_portq("enqueue", engine_url, "--prefix", prefix, "--queue", qname,
+                    "--depends-on", "x,1", check=False)
+    assert bad.returncode == 2 and "--depends-on 'x,1' must be job ids" in bad.stderr
