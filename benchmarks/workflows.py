@@ -53,8 +53,9 @@ def noop(url: str, jobs: int, prefix: str) -> dict[str, Any]:
 def _drain(q: Any, name: str, last: int, concurrency: int = 8) -> float:
     """Run a Worker on ``name`` until job ``last`` succeeded; seconds taken."""
     from portq import Worker
+    # the reaper on (every second): a lease lost to a slow database is given back
     worker = Worker(q, name, lambda job: None, concurrency=concurrency, idle_max=0.05,
-                    reap_interval=None, prune_interval=None)
+                    reap_interval=1.0, prune_interval=None)
     thread = threading.Thread(target=worker.run, daemon=True)
     started = time.perf_counter()
     thread.start()

@@ -136,7 +136,8 @@ def resolve(backend: SqlBackend, cur: Any, job_id: int, state: str) -> None:
                     **params, "error": failure_reason(dep, end)})
                 pending += [(i, "cancelled") for i, flag in doomed if flag]
         backend.execute(cur, "dep_resolve", params)
-        backend.execute(cur, "dep_unflag", params)
+        if end != "succeeded":  # out of dep_unsettled's index (a success never re-runs)
+            backend.execute(cur, "dep_unflag", params)
 
 
 def validate_depends_on(depends_on: Any, on_failure: Any) -> tuple[tuple[int, ...], str]:
