@@ -225,6 +225,9 @@ class AsyncQueue:
         return ids
 
     async def _write_jobs(self, jobs: list[NewJob], conn: Any) -> list[int]:
+        if any(job.depends_on for job in jobs) and conn is None:
+            # dependencies are locked and recorded by SqlBackend.insert_dependent
+            return await asyncio.to_thread(self.backend.enqueue, jobs)
         if conn is None:
             if self.native:
                 return list(await self._run("enqueue", lambda cur: self._insert(cur, jobs)))
@@ -239,6 +242,10 @@ class AsyncQueue:
             if not self.native:
                 raise ConfigurationError(f"conn is a psycopg AsyncConnection; the "
                                          f"{self.backend.engine} backend cannot use it")
+            if any(job.depends_on for job in jobs):
+                raise ConfigurationError(
+                    "depends_on with a psycopg AsyncConnection as conn is not supported yet: "
+                    "enqueue the dependent jobs without conn, or with a sync connection")
             async with conn.cursor() as cur:
                 return await self._insert(cur, jobs)
         # a sync connection belongs to the caller's thread: use it there
@@ -310,10 +317,9 @@ class AsyncQueue:
         return [(c.job_id, c.generation) in done for c in claims]
 
     async def release(self, job: Job | Claim) -> bool:
-        """Return an unfinished job to ready without spending its attempt."""
-        if not self.native:
-            return await asyncio.to_thread(self.queue.release, job)
-        return await self._guarded("release", self.backend.guard(_claim_of(job)))
+        """Return an unfinished job to ready without spending its attempt (in a thread: a
+        give-back that spends the last attempt settles the job's dependents)."""
+        return await asyncio.to_thread(self.queue.release, job)
 
     async def snooze(self, job: Job | Claim, delay: Any) -> bool:
         """:meth:`portq.Queue.snooze` (run again after ``delay``, the attempt given back)."""
@@ -332,8 +338,13 @@ class AsyncQueue:
                 return False
             await self._execute(cur, "record_error",
                                 {**params, "error": storable_error(str(error))[:8000]})
+            if await (await self._execute(cur, "dep_unsettled", {})).fetchone() is not None:
+                raise _SettleInThread  # rolled back: dependents to settle (rare)
             return True
-        return bool(await self._run("fail", go))
+        try:
+            return bool(await self._run("fail", go))
+        except _SettleInThread:
+            return await asyncio.to_thread(self.queue.fail, job, error, retry_in=retry_in)
 
     # ---- operators and maintenance (the sync Queue, in a thread) -------------------------
 
@@ -482,3 +493,8 @@ def _settle(done: asyncio.Future[None], error: BaseException | None) -> None:
 async def _one(result: Awaitable[bool]) -> list[bool]:
     """A single outcome write's result, as the list that ``_write`` handles."""
     return [await result]
+
+
+class _SettleInThread(Exception):
+    """An async failure ended a job that has dependents: redone by the sync path, which
+    settles them in its transaction."""

@@ -188,7 +188,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         result = q.enqueue_result(args.queue, payload, priority=args.priority,
                                   delay=args.delay, key=args.key,
                                   max_attempts=args.max_attempts, timeout=args.timeout,
-                                  **unique_options(args))
+                                  **unique_options(args), **dependency_options(args))
     if result.created:
         text = f"created job {result.id} on queue {args.queue}"
     else:
@@ -196,6 +196,18 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     _emit(args, {"id": result.id, "created": result.created, "queue": args.queue,
                  "key": args.key}, text)
     return 0
+
+
+def dependency_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--depends-on 3,4`` and ``--on-dependency-failure`` of ``portq enqueue``."""
+    if args.depends_on is None:
+        return {}
+    try:
+        ids = [int(part) for part in args.depends_on.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigurationError(f"--depends-on {args.depends_on!r} must be job ids separated "
+                                 "by commas, e.g. 3,4") from None
+    return {"depends_on": ids, "on_dependency_failure": args.on_dependency_failure}
 
 
 def unique_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -298,7 +310,8 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
     return stops
 
 
-STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
+STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "waiting", "succeeded", "dead",
+                 "cancelled",
                  "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
                  "paused", "running_limit", "rate_limit"]
 
@@ -603,6 +616,23 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_workflow(args: argparse.Namespace) -> int:
+    """``portq workflow URL ID``: the jobs linked to ID by dependencies, either way."""
+    from portq.workflow import graph
+    ids = _job_ids(args)
+    if len(ids) != 1:
+        raise ConfigurationError("give exactly one job id")
+    with _open(args) as q:
+        nodes = graph(q, ids[0])
+    if args.json:
+        print(json.dumps(nodes, indent=2))
+        return 0
+    _print_table(["id", "state", "queue", "after"],
+                 [[str(n["id"]), _cell(n["state"] or "pruned"), _cell(n["queue"]),
+                   ",".join(map(str, n["after"])) or "-"] for n in nodes])
+    return 0
+
+
 def cmd_job(args: argparse.Namespace) -> int:
     ids = _job_ids(args)
     if len(ids) != 1:
@@ -852,6 +882,11 @@ def build_parser() -> argparse.ArgumentParser:
     duration(p, "--unique-for", None, "scope --key to jobs created within this long (e.g. 1h)")
     p.add_argument("--unique-states", default=None, metavar="STATES",
                    help="scope --key to jobs in these states, e.g. ready,running")
+    p.add_argument("--depends-on", default=None, metavar="IDS",
+                   help="job ids, e.g. 3,4: the job waits until they all succeeded")
+    p.add_argument("--on-dependency-failure", choices=("cancel", "run"), default="cancel",
+                   help="when a dependency ends dead or cancelled: cancel this job "
+                        "(default) or run it anyway")
 
     p = command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst)",
                 json_help=None)
@@ -1026,6 +1061,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")
     p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
                    help="the job (URL may be left out when $PORTQ_URL is set)")
+    p = command("workflow", cmd_workflow, "the jobs linked to a job by dependencies, "
+                "either way: id, state, queue and the ids each one waits for")
+    p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                   help="a job of the workflow (URL may be left out when $PORTQ_URL is set)")
 
     from portq.conformance import TEST_PREFIX
     p = command("conformance", cmd_conformance,

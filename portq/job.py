@@ -21,6 +21,7 @@ class State(enum.StrEnum):
 
     READY = "ready"
     RUNNING = "running"
+    WAITING = "waiting"  # for its dependencies (enqueue(depends_on=...)), not claimable
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     CANCELLED = "cancelled"
@@ -119,6 +120,13 @@ def progress_value(fraction: float | None, note: str) -> tuple[float | None, str
     return fraction, note
 
 
+@dataclass
+class DependencyReader:
+    """Where a claimed job reads its dependencies' results: ``read(job_id)``."""
+
+    read: Callable[[int], dict[int, Any]] | None = None
+
+
 @dataclass(frozen=True)
 class Job:
     """A claimed job as a handler sees it. ``attempt`` is the claim's generation (1-based).
@@ -155,6 +163,16 @@ class Job:
                                   compare=False)
     _progress: ProgressSlot = field(default_factory=ProgressSlot, init=False, repr=False,
                                     compare=False)
+    #: how :meth:`dependency_results` reads (set by the backend that claimed the job)
+    _deps: DependencyReader = field(default_factory=lambda: DependencyReader(), init=False,
+                                    repr=False, compare=False)
+
+    def dependency_results(self) -> dict[int, Any]:
+        """``{dependency id: result}``: what this job's dependencies
+        (``enqueue(depends_on=...)``) returned, for those that stored a result (a handler's
+        return value; None results are not stored). Read from the database each call."""
+        read = self._deps.read
+        return {} if read is None else read(self.id)
 
     @property
     def task(self) -> str | None:
@@ -316,6 +334,8 @@ class QueueStats:
     dead: int
     cancelled: int
     oldest_ready_age_s: float | None
+    #: jobs waiting for their dependencies (enqueue(depends_on=...))
+    waiting: int = 0
     #: over the last :data:`STATS_WINDOW_S` seconds (recorded attempts, by the DB clock):
     #: failed attempts, jobs that succeeded, and failed / (failed + succeeded)
     failed_1h: int = 0

@@ -63,6 +63,10 @@ class NewJob:
     #: JSON text of a small object of strings stored with the job (the enqueuer's trace
     #: context, what enqueue hooks added; :mod:`portq.hooks`), or None
     meta: str | None = None
+    #: ids of jobs this one waits for (distinct, ascending; :mod:`portq.backends.dependencies`)
+    depends_on: tuple[int, ...] = ()
+    #: when a dependency ends dead or cancelled: "cancel" this job, or "run" it anyway
+    on_dependency_failure: str = "cancel"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from portq import sqla
 from portq.backends import backend_for
 from portq.backends.base import JOB_ORDERS, SqlBackend
+from portq.backends.dependencies import validate_depends_on
 from portq.durations import seconds_of
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
 from portq.hooks import EnqueueHooks, Hook
@@ -126,7 +127,8 @@ SYNONYMS = {"retries": "max_attempts", "max_retries": "max_attempts", "eta": "ru
             "countdown": "delay", "unique_key": "key", "idempotency_key": "key"}
 #: every keyword argument of :meth:`Queue.enqueue` (for the hint of a mistyped one)
 ENQUEUE_OPTIONS = ("priority", "run_at", "delay", "max_attempts", "key", "conn",
-                   *("unique_per_queue", "unique_for", "unique_states"), *CONCURRENCY_OPTIONS)
+                   *("unique_per_queue", "unique_for", "unique_states"), *CONCURRENCY_OPTIONS,
+                   *("depends_on", "on_dependency_failure"))
 #: the most jobs a rate limit may allow per period
 MAX_RATE_LIMIT = 1_000_000
 
@@ -333,7 +335,8 @@ class Queue:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
             unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
                                    "max_attempts", "key", "timeout", *UNIQUE_OPTIONS,
-                                   *CONCURRENCY_OPTIONS}
+                                   *CONCURRENCY_OPTIONS, "depends_on",
+                                   "on_dependency_failure"}
             if unknown:
                 raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
             built.append(self.new_job(**spec))
@@ -343,9 +346,13 @@ class Queue:
                 run_at: datetime | None = None, delay: float | timedelta | None = None,
                 max_attempts: int | None = None, key: str | None = None,
                 concurrency_key: str | None = None, concurrency_limit: int | None = None,
-                timeout: Any = None, **unique: Any) -> NewJob:
+                timeout: Any = None, depends_on: Any = None,
+                on_dependency_failure: str = "cancel", **unique: Any) -> NewJob:
         """Validate one job's fields; raise before anything is written. ``timeout``
-        (seconds, a timedelta or ``'30s'``): the longest one attempt may run."""
+        (seconds, a timedelta or ``'30s'``): the longest one attempt may run.
+        ``depends_on`` (job ids): the job waits until they all succeeded; when one ends
+        dead or cancelled it is cancelled (``on_dependency_failure="cancel"``) or runs
+        anyway (``"run"``). See docs/operations.md, "Workflows"."""
         validate_queue(queue)
         validate_priority(priority)
         if run_at is not None and delay is not None:
@@ -377,10 +384,12 @@ class Queue:
         if timeout_ms is not None and timeout_ms > MAX_TIMEOUT_MS:
             raise ConfigurationError(f"timeout {timeout!r} is longer than the most a job may "
                                      f"run, {MAX_TIMEOUT_MS // 86_400_000} days")
+        deps, on_failure = validate_depends_on(depends_on, on_dependency_failure)
         return NewJob(queue=queue, payload_json=self.dump_payload(payload), priority=priority,
                       run_at=run_at, delay_ms=delay_ms, max_attempts=attempts,
                       key=None if scope else key, unique=scope, concurrency_key=ckey,
-                      concurrency_limit=climit, timeout_ms=timeout_ms)
+                      concurrency_limit=climit, timeout_ms=timeout_ms, depends_on=deps,
+                      on_dependency_failure=on_failure)
 
     def dump_payload(self, payload: Any) -> str:
         """The payload as JSON text, or :class:`PayloadError` naming the problem."""
@@ -530,9 +539,9 @@ class Queue:
     def cancel_many(self, queue: str | None, *, states: Sequence[str] = (State.READY,),
                     limit: int = 1000) -> int:
         """:meth:`cancel` for up to ``limit`` jobs of ``queue`` (None: every queue) in
-        ``states`` (ready, running); returns how many were cancelled."""
+        ``states`` (ready, running, waiting); returns how many were cancelled."""
         return self.backend.cancel_many(
-            _queue_or_none(queue), _states(states, ACTIVE_STATES, "cancel"),
+            _queue_or_none(queue), _states(states, (*ACTIVE_STATES, State.WAITING), "cancel"),
             positive_int(limit, "limit"))
 
     def stats(self, queue: str | None = None) -> list[QueueStats]:
@@ -650,6 +659,12 @@ class Queue:
         """The stored return value of a succeeded job; None when the job has not succeeded
         (yet), returned None, or was pruned. ``conn``: as :meth:`job`."""
         return self.backend.result(positive_int(job_id, "job_id"), self._dbapi(conn))
+
+    def dependency_results(self, job_id: int, *, conn: Any = None) -> dict[int, Any]:
+        """``{dependency id: result}``: the stored results of the job's dependencies
+        (``enqueue(depends_on=...)``) that stored one. ``conn``: as :meth:`job`."""
+        return self.backend.dependency_results(positive_int(job_id, "job_id"),
+                                               self._dbapi(conn))
 
     def error_history(self, job_id: int, *, conn: Any = None) -> list[JobError]:
         """Every recorded failed attempt of a job (attempt, worker, error, failed_at).

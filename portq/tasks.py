@@ -58,6 +58,10 @@ _current_job: contextvars.ContextVar[Job] = contextvars.ContextVar("portq_curren
 _bound: list[Any] = []  # the queue of bind(), if any
 
 
+#: the job-dependency options of :meth:`portq.Queue.enqueue` a task's options may carry
+DEPENDENCY_OPTIONS = ("depends_on", "on_dependency_failure")
+
+
 class UnknownTask(Permanent):
     """A job names a task this worker does not know (the job goes dead at once)."""
 
@@ -89,6 +93,7 @@ class JobOptions:
     #: the longest one attempt may run (seconds, a timedelta or '30s'), or None
     timeout: Any = None
     #: unique_per_queue / unique_for / unique_states / concurrency_key / concurrency_limit
+    #: / depends_on / on_dependency_failure
     unique: tuple[tuple[str, Any], ...] = ()
 
 
@@ -114,9 +119,11 @@ class Task(Generic[P, R]):
                 delay: float | None = None, run_at: datetime | None = None,
                 timeout: Any = None, **unique: Any) -> Task[P, R]:
         """This task with other job fields for the next enqueue (key, delay, the
-        ``unique_*`` scopes and ``concurrency_key``/``concurrency_limit`` of
-        :meth:`portq.Queue.enqueue`, ...)."""
-        unknown = set(unique) - {*UNIQUE_OPTIONS, *CONCURRENCY_OPTIONS}
+        ``unique_*`` scopes, ``concurrency_key``/``concurrency_limit`` and
+        ``depends_on``/``on_dependency_failure`` of :meth:`portq.Queue.enqueue`, ...)."""
+        unknown = set(unique) - {*UNIQUE_OPTIONS, *CONCURRENCY_OPTIONS, *DEPENDENCY_OPTIONS}
+        if "depends_on" in unique and unique["depends_on"] is not None:
+            unique["depends_on"] = tuple(unique["depends_on"])
         if unknown:
             raise ConfigurationError(f"task options: unknown {sorted(unknown)}")
         changes: dict[str, Any] = {k: v for k, v in (

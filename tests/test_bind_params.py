@@ -81,14 +81,15 @@ ORACLE_EXTRA: dict[str, frozenset[str]] = {
     "claim": frozenset({"ids"}), "reap": frozenset({"ids"}), "prune": frozenset({"ids"}),
     "retry_many": frozenset({"ids"}), "cancel_many": frozenset({"ids"}),
     "insert_job": frozenset({"job_id"}),
-    "complete_many": frozenset({"done_ids", "done_generations"}),
+    "complete_many": frozenset({"done_ids", "done_generations", "done_flags"}),
     "renew_many": frozenset({"done_ids", "done_generations"}),
 }
 #: MySQL's multi-statement operations: each step gets the operation's parameters, and its
 #: second step the ids the first locked (MysqlBackend.claim_rows, fenced_rows, batch_rows)
 MYSQL_EXTRA: dict[str, frozenset[str]] = {
     name: frozenset({"ids"}) for name in (
-        "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many")}
+        "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many",
+        "dep_release", "dep_cancel")}
 #: statements no call site runs any more, kept for the protocol's shape (base.py runs the
 #: batched forms: renew -> renew_many, complete -> complete_many); their parameters are
 #: those of the fenced writes
@@ -146,6 +147,7 @@ def _workload(queue: portq.Queue) -> None:
     queue.cancel(queue.enqueue("a", 9))
     queue.retry_many("a", states=("cancelled",), limit=5)
     queue.cancel_many("a", states=("ready",), limit=1)
+    _dependency_workload(queue)
     queue.stats()
     queue.stats("a")
     queue.finished_per_minute(5)
@@ -173,6 +175,22 @@ def _workload(queue: portq.Queue) -> None:
     backend.server_info()
     backend.existing_tables()
     queue.set_rate_limit("b", None)
+
+
+def _dependency_workload(queue: portq.Queue) -> None:
+    """Job dependencies (migration 12): a waiting job released by a completion, dependents
+    cancelled (and one run anyway) after a dead dependency, one enqueued after it died."""
+    first = queue.enqueue("d", 1)
+    after = queue.enqueue("d", 2, depends_on=[first])
+    queue.enqueue("d", 3, depends_on=[after])
+    queue.enqueue("d", 4, depends_on=[after], on_dependency_failure="run")
+    (job,) = queue.claim("d", "w5", limit=1)
+    queue.complete(job)
+    (job,) = queue.claim("d", "w5", limit=1)
+    job.dependency_results()
+    queue.fail(job, "boom", retry_in=None)
+    queue.enqueue("d", 5, depends_on=[after])
+    queue.backend.job_graph(after)
 
 
 @pytest.fixture(scope="module")

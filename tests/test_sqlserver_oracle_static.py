@@ -47,7 +47,9 @@ SAMPLE: dict[str, Any] = {
     "done_ids": 0, "done_generations": 0, "after_id": 0, "name": "portq_job", "window_ms": 3600000,
     "result": "{}", "host": "h", "pid": 1, "queues": '["q"]',
     "concurrency_key": "account:42", "concurrency_limit": 1, "rate_limit": 50,
-    "timeout_ms": 30000, "max_snoozes": 100,
+    "timeout_ms": 30000, "max_snoozes": 100, "depends_on": 1, "resolved": 0,
+    "deps_left": 1, "dep_failure": 0, "every": 1, "done_flags": 0, "dep_ids": (1, 2),
+    "count_unfinished": 1,
     "rate_log": "[[1,2]]",
     "concurrency": 4, "jobs_in_hand": 0, "schedules": "[]", "ttl_ms": 30000,
     "minutes": 60, "window_s": 3600, "bucket_s": 60, "any_text": 1, "pattern": "%x%",
@@ -88,12 +90,12 @@ def _statements(engine: str, prefix: str) -> list[tuple[str, str]]:
 # Oracle's RETURNING expr, expr INTO :a, :b is valid (one bind per expression), but
 # sqlglot parses a single INTO target only: the statements are parsed with the first
 # target, and test_oracle_fenced_batches_return_id_and_generation checks the whole clause.
-_ORACLE_INTO_PAIR = ("INTO :done_ids, :done_generations", "INTO :done_ids")
+_ORACLE_INTO_BINDS = re.compile(r"INTO :done_ids(?:, :done_\w+)+")
 
 
 def _parse(engine: str, sql: str) -> list[exp.Expression]:
     if engine == "oracle":
-        sql = sql.replace(*_ORACLE_INTO_PAIR)
+        sql = _ORACLE_INTO_BINDS.sub("INTO :done_ids", sql)
     return [e for e in sqlglot.parse(sql, read=ENGINES[engine][0]) if e is not None]
 
 
@@ -141,6 +143,8 @@ def test_same_protocol_as_postgres(engine: str) -> None:
             allowed.add("job_id")       # RETURNING job_id INTO :job_id
         if name in ("complete_many", "renew_many") and engine == "oracle":
             allowed |= {"done_ids", "done_generations"}  # RETURNING ... INTO
+            if name == "complete_many":
+                allowed.add("done_flags")  # has_dependents of each completed job
         used = set(params.findall(re.sub(r"'[^']*'", "", sql)))
         assert used <= allowed, f"{engine} {name} uses {used - allowed}"
 
@@ -335,8 +339,10 @@ def test_sqlserver_fenced_batches_join_openjson_and_output_the_claims(name: str)
     tree = _one("sqlserver", name)
     assert isinstance(tree, exp.Update)
     returning = tree.args["returning"]
+    # complete_many also says which completed jobs have dependents to release
+    extra = [("inserted", "has_dependents")] if name == "complete_many" else []
     assert [(e.table.lower(), e.name) for e in returning.expressions] == \
-        [("inserted", "job_id"), ("inserted", "attempts")]
+        [("inserted", "job_id"), ("inserted", "attempts"), *extra]
     sql = load_queries("sqlserver")[name]
     assert re.search(r"FROM OPENJSON\(:claims\)\s+WITH \(job_id BIGINT '\$\.job_id', "
                      r"generation INT '\$\.generation',\s+worker_id NVARCHAR\(400\) "
@@ -357,8 +363,10 @@ def test_oracle_fenced_batches_return_id_and_generation(name: str) -> None:
     """UPDATE ... WHERE (job_id, attempts, worker_id) IN (SELECT ... FROM JSON_TABLE(...))
     RETURNING job_id, attempts INTO two array binds (OracleBackend.fenced_rows)."""
     sql = load_queries("oracle")[name]
-    assert sql.rstrip().endswith("RETURNING job_id, attempts INTO :done_ids, "
-                                 ":done_generations")
+    assert sql.rstrip().endswith(
+        "RETURNING job_id, attempts, has_dependents INTO :done_ids, :done_generations, "
+        ":done_flags" if name == "complete_many" else
+        "RETURNING job_id, attempts INTO :done_ids, :done_generations")
     tree = _one("oracle", name)
     assert isinstance(tree, exp.Update)
     table = tree.find(exp.JSONTable)
@@ -407,7 +415,7 @@ def test_oracle_fenced_batch_binds_claims_as_clob_and_reads_array_binds() -> Non
 
         def var(self, kind: type, arraysize: int) -> Var:
             self.vars.append((kind, arraysize))
-            return Var([7, 9] if len(self.vars) == 1 else [2, 1])
+            return Var([[7, 9], [2, 1], [0, 0]][len(self.vars) - 1])
 
         def setinputsizes(self, **sizes: Any) -> None:
             self.sizes.update(sizes)
@@ -420,11 +428,12 @@ def test_oracle_fenced_batch_binds_claims_as_clob_and_reads_array_binds() -> Non
     done = backend.fenced_rows(cur, "complete_many", {"claims": claims})
     assert done == {(7, 2), (9, 1)}
     assert cur.sizes == {}  # setinputsizes would stay on the cursor (python-oracledb #411)
-    assert cur.vars == [(int, 3), (int, 3)]
+    assert cur.vars == [(int, 3), (int, 3), (int, 3)]  # ids, generations, has_dependents
     assert cur.sent is not None
     sent = cur.sent[1]["claims"]
     assert isinstance(sent, Lob) and (sent.kind, sent.text) == (oracledb.DB_TYPE_CLOB, claims)
-    assert "RETURNING job_id, attempts INTO :done_ids, :done_generations" in cur.sent[0]
+    assert "RETURNING job_id, attempts, has_dependents INTO :done_ids, :done_generations, " \
+        ":done_flags" in cur.sent[0]
 
 
 # ---- URLs and connection arguments -------------------------------------------------------

@@ -133,8 +133,9 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- keep every locked claim's ownership until COMMIT, so the ids locked are the claims
 -- completed. STRAIGHT_JOIN and the PRIMARY index make it read the claims first and reach
 -- each job by its key: a walk of another index (MariaDB chose the lease index for a few
--- running rows) would lock other workers' rows too.
-SELECT j.job_id, j.attempts
+-- running rows) would lock other workers' rows too. has_dependents: those jobs'
+-- dependents are released in this transaction (SqlBackend.completed_dependencies).
+SELECT j.job_id, j.attempts, j.has_dependents
 FROM JSON_TABLE(:claims, '$[*]' COLUMNS (
          job_id BIGINT PATH '$.job_id', generation INT PATH '$.generation',
          worker_id VARCHAR(255) PATH '$.worker_id')) AS c
@@ -226,6 +227,10 @@ WHERE job_id IN (:ids) AND state = 'running';
 SELECT job_id FROM portq_job
 WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
   AND finished_at < UTC_TIMESTAMP(6) - INTERVAL (:older_than_ms * 1000) MICROSECOND
+  -- never a result an unfinished dependent may still read (migration 12)
+  AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d JOIN portq_job AS w ON w.job_id = d.job_id
+                  WHERE d.depends_on = portq_job.job_id
+                    AND w.state IN ('waiting', 'ready', 'running'))
 ORDER BY finished_at
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
@@ -244,8 +249,9 @@ WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 
 -- name: cancel
 UPDATE portq_job
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
-WHERE job_id = :job_id AND state IN ('ready', 'running');
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6),
+    deps_left = 0
+WHERE job_id = :job_id AND state IN ('ready', 'running', 'waiting');
 
 -- name: stats
 SELECT CONVERT(queue USING utf8mb4),
@@ -256,7 +262,8 @@ SELECT CONVERT(queue USING utf8mb4),
        SUM(state = 'dead'),
        SUM(state = 'cancelled'),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
-       MAX(n.now)
+       MAX(n.now),
+       SUM(state = 'waiting')
 FROM portq_job
 CROSS JOIN (SELECT UTC_TIMESTAMP(6) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
@@ -351,7 +358,8 @@ LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
 UPDATE portq_job
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6)
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = UTC_TIMESTAMP(6),
+    deps_left = 0
 WHERE job_id IN (:ids) AND state IN (:states);
 
 -- What `portq conformance` prints first: server version, session isolation level
@@ -631,3 +639,91 @@ FROM portq_job
 WHERE state IN ('succeeded', 'dead')
   AND finished_at > UTC_TIMESTAMP(6) - INTERVAL :window_s SECOND
 GROUP BY queue, wait_b, run_b;
+
+-- ---- job dependencies (migration 12; portq/backends/dependencies.py) -------------------
+-- Locking reads (FOR UPDATE) read the latest committed row whatever the caller's isolation
+-- level. UPDATE ... SET assigns left to right here, so `state` (reading the old deps_left)
+-- comes before `deps_left`.
+-- name: dep_lock
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id
+FOR UPDATE;
+
+-- name: dep_flag
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting');
+
+-- name: dep_insert
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
+
+-- name: dep_wait
+UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure
+WHERE job_id = :job_id AND state = 'ready';
+
+-- name: dep_release
+-- Two steps (MysqlBackend.dependents_update): the dependents through the edge index, locked,
+-- then their update (a one-statement UPDATE ... IN (subquery) scans the job table here).
+SELECT w.job_id
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting'
+  AND (:every = 1 OR w.dep_failure = 1)
+ORDER BY w.job_id
+FOR UPDATE;
+
+UPDATE portq_job
+SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
+WHERE job_id IN (:ids) AND state = 'waiting';
+
+-- name: dep_cancel_ids
+SELECT w.job_id, w.has_dependents
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting' AND w.dep_failure = 0
+FOR UPDATE;
+
+-- name: dep_cancel
+SELECT w.job_id
+FROM portq_job_dep AS d STRAIGHT_JOIN portq_job AS w FORCE INDEX (PRIMARY) ON w.job_id = d.job_id
+WHERE d.depends_on = :job_id AND d.resolved = 0 AND w.state = 'waiting' AND w.dep_failure = 0
+ORDER BY w.job_id
+FOR UPDATE;
+
+UPDATE portq_job
+SET state = 'cancelled', deps_left = 0, finished_at = UTC_TIMESTAMP(6), last_error = :error
+WHERE job_id IN (:ids) AND state = 'waiting' AND dep_failure = 0;
+
+-- name: dep_cancel_job
+UPDATE portq_job SET state = 'cancelled', finished_at = UTC_TIMESTAMP(6), last_error = :error
+WHERE job_id = :job_id AND state = 'ready';
+
+-- name: dep_resolve
+UPDATE portq_job_dep SET resolved = 1 WHERE depends_on = :job_id AND resolved = 0;
+
+-- name: dep_unflag
+UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id;
+
+-- name: dep_unsettled
+SELECT job_id, state FROM portq_job
+WHERE has_dependents = 1 AND state IN ('dead', 'cancelled')
+ORDER BY job_id
+FOR UPDATE;
+
+-- name: dependency_results
+SELECT d.depends_on, r.result
+FROM portq_job_dep AS d JOIN portq_result AS r ON r.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependencies
+SELECT d.depends_on, j.state FROM portq_job_dep AS d
+LEFT JOIN portq_job AS j ON j.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+SELECT d.job_id, j.state FROM portq_job_dep AS d
+JOIN portq_job AS j ON j.job_id = d.job_id
+WHERE d.depends_on = :job_id
+ORDER BY d.job_id;

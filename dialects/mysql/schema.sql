@@ -212,3 +212,42 @@ ALTER TABLE portq_job
     ADD COLUMN progress_at DATETIME(6) NULL,
     ADD CONSTRAINT portq_job_meta_ck CHECK (JSON_VALID(meta) AND CHAR_LENGTH(meta) <= 4000),
     ADD CONSTRAINT portq_job_progress_ck CHECK (progress >= 0 AND progress <= 1);
+
+-- migration: 12
+-- Job dependencies (enqueue(depends_on=[ids]); docs/operations.md, "Workflows"). A job
+-- with unfinished dependencies is 'waiting': the claim's index range (queue, 'ready', ...)
+-- never reads it. deps_left counts them (> 0 exactly while waiting), decremented in the
+-- transaction that finishes each one. dep_failure: 0 cancels the job when a dependency
+-- ends dead or cancelled, 1 runs it anyway. has_dependents: 1 once a job became someone's
+-- dependency while unfinished, so that a completion does the extra step only then. One
+-- portq_job_dep row per edge (job_id waits on depends_on); resolved = 1 once depends_on's
+-- end was counted. The ALTER is atomic: a migration cut short after it re-runs it, drops
+-- the constraints it re-added, meets 1060 on the first column and is skipped (run_ddl).
+ALTER TABLE portq_job
+    DROP CONSTRAINT portq_job_state_ck,
+    DROP CONSTRAINT portq_job_finished_ck,
+    ADD COLUMN deps_left INT NOT NULL DEFAULT 0,
+    ADD COLUMN has_dependents TINYINT NOT NULL DEFAULT 0,
+    ADD COLUMN dep_failure TINYINT NOT NULL DEFAULT 0,
+    -- the jobs a transaction ended dead or cancelled while still someone's unresolved
+    -- dependency (SqlBackend.settle_dependencies): a range on has_dependents = 1
+    ADD INDEX portq_job_unsettled_idx (has_dependents, state),
+    ADD CONSTRAINT portq_job_state_ck
+        CHECK (state IN ('ready', 'running', 'waiting', 'succeeded', 'dead', 'cancelled')),
+    ADD CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN ('ready', 'running', 'waiting') AND finished_at IS NULL)),
+    ADD CONSTRAINT portq_job_has_dependents_ck CHECK (has_dependents IN (0, 1)),
+    ADD CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1)),
+    ADD CONSTRAINT portq_job_deps_ck CHECK (
+        (state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0));
+CREATE TABLE IF NOT EXISTS portq_job_dep (
+    job_id     BIGINT  NOT NULL,
+    depends_on BIGINT  NOT NULL,
+    resolved   TINYINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, depends_on),
+    INDEX portq_job_dep_on_idx (depends_on, resolved),
+    CONSTRAINT portq_job_dep_resolved_ck CHECK (resolved IN (0, 1)),
+    CONSTRAINT portq_job_dep_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
+        ON DELETE CASCADE
+) ENGINE = InnoDB;

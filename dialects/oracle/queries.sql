@@ -114,7 +114,7 @@ WHERE (job_id, attempts, worker_id) IN (
         job_id NUMBER(19) PATH '$.job_id', generation NUMBER(10) PATH '$.generation',
         worker_id VARCHAR2(255 CHAR) PATH '$.worker_id')) c)
   AND state = 'running' AND lease_until > SYS_EXTRACT_UTC(SYSTIMESTAMP)
-RETURNING job_id, attempts INTO :done_ids, :done_generations
+RETURNING job_id, attempts, has_dependents INTO :done_ids, :done_generations, :done_flags
 
 -- name: renew_many
 -- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`.
@@ -195,6 +195,10 @@ SELECT job_id FROM portq_job
 WHERE CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
           < SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:older_than_ms / 1000, 'SECOND')
   AND state IN (:states) AND (:queue = '*' OR queue = :queue)
+  -- never a result an unfinished dependent may still read (migration 12)
+  AND NOT EXISTS (SELECT 1 FROM portq_job_dep d JOIN portq_job w ON w.job_id = d.job_id
+                  WHERE d.depends_on = portq_job.job_id
+                    AND w.state IN ('waiting', 'ready', 'running'))
 ORDER BY CASE WHEN state IN ('succeeded', 'dead', 'cancelled') THEN finished_at END
 FOR UPDATE SKIP LOCKED
 
@@ -214,8 +218,8 @@ WHERE job_id = :job_id AND state IN ('dead', 'cancelled')
 -- name: cancel
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
-    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
-WHERE job_id = :job_id AND state IN ('ready', 'running')
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP), deps_left = 0
+WHERE job_id = :job_id AND state IN ('ready', 'running', 'waiting')
 
 -- name: stats
 SELECT queue,
@@ -226,7 +230,8 @@ SELECT queue,
        SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.db_now THEN run_at END),
-       MAX(n.db_now)
+       MAX(n.db_now),
+       SUM(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END)
 FROM portq_job
 CROSS JOIN (SELECT SYS_EXTRACT_UTC(SYSTIMESTAMP) AS db_now FROM dual) n
 WHERE :queue = '*' OR queue = :queue
@@ -323,7 +328,7 @@ FOR UPDATE SKIP LOCKED
 -- name: cancel_many
 UPDATE portq_job
 SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
-    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+    finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP), deps_left = 0
 WHERE job_id IN (:ids) AND state IN (:states)
 
 -- What `portq conformance` prints first: server version (PRODUCT_COMPONENT_VERSION is
@@ -636,3 +641,77 @@ FROM (SELECT queue,
                   > SYS_EXTRACT_UTC(SYSTIMESTAMP) - NUMTODSINTERVAL(:window_s, 'SECOND')
               AND state <> 'cancelled') m) t
 GROUP BY queue, wait_b, run_b
+
+-- ---- job dependencies (migration 12; portq/backends/dependencies.py) -------------------
+-- SELECT ... FOR UPDATE returns the row as last committed (after waiting for its lock).
+-- name: dep_lock
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id
+FOR UPDATE
+
+-- name: dep_flag
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting')
+
+-- name: dep_insert
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids)
+
+-- name: dep_wait
+UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure
+WHERE job_id = :job_id AND state = 'ready'
+
+-- name: dep_release
+UPDATE portq_job
+SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
+WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0)
+
+-- name: dep_cancel_ids
+SELECT job_id, has_dependents FROM portq_job
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0)
+FOR UPDATE
+
+-- name: dep_cancel
+UPDATE portq_job
+SET state = 'cancelled', deps_left = 0, finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP), last_error = :error
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0)
+
+-- name: dep_cancel_job
+UPDATE portq_job SET state = 'cancelled', finished_at = SYS_EXTRACT_UTC(SYSTIMESTAMP), last_error = :error
+WHERE job_id = :job_id AND state = 'ready'
+
+-- name: dep_resolve
+UPDATE portq_job_dep SET resolved = 1 WHERE depends_on = :job_id AND resolved = 0
+
+-- name: dep_unflag
+UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id
+
+-- The function-based index's expression (schema.sql, migration 12), repeated to use it.
+-- name: dep_unsettled
+SELECT job_id, state FROM portq_job
+WHERE CASE WHEN has_dependents = 1 AND state IN ('dead', 'cancelled') THEN job_id END
+      IS NOT NULL
+FOR UPDATE
+
+-- name: dependency_results
+SELECT d.depends_on, r.result
+FROM portq_job_dep d JOIN portq_result r ON r.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on
+
+-- name: job_dependencies
+SELECT d.depends_on, j.state FROM portq_job_dep d
+LEFT JOIN portq_job j ON j.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on
+
+-- name: job_dependents
+SELECT d.job_id, j.state FROM portq_job_dep d
+JOIN portq_job j ON j.job_id = d.job_id
+WHERE d.depends_on = :job_id
+ORDER BY d.job_id

@@ -186,3 +186,54 @@ ALTER TABLE portq_job ADD (
                       CHECK (LENGTH(progress_note) <= 200),
     progress_at   TIMESTAMP(6)
 );
+
+-- migration: 12
+-- Job dependencies (enqueue(depends_on=[ids]); docs/operations.md, "Workflows"). A job
+-- with unfinished dependencies is 'waiting', outside the function-based ready index:
+-- deps_left counts them (> 0 exactly while waiting), decremented in the transaction that
+-- finishes each one. dep_failure: 0 cancels the job when a dependency ends dead or
+-- cancelled, 1 runs it anyway. has_dependents: 1 once a job became someone's dependency
+-- while unfinished, so that a completion does the extra step only then. One portq_job_dep
+-- row per edge (job_id waits on depends_on); resolved = 1 once depends_on's end was
+-- counted. NOT NULL columns with a DEFAULT are a dictionary change (11g+): no row rewritten.
+-- One constraint per statement: a re-run after an interrupted migration drops the widened
+-- ones again, skips the columns (ORA-01430) and adds each back (run_ddl's skips).
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_state_ck
+/
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_finished_ck
+/
+ALTER TABLE portq_job ADD (
+    deps_left      NUMBER(10) DEFAULT 0 NOT NULL,
+    has_dependents NUMBER(1)  DEFAULT 0 NOT NULL
+                       CONSTRAINT portq_job_has_dependents_ck CHECK (has_dependents IN (0, 1)),
+    dep_failure    NUMBER(1)  DEFAULT 0 NOT NULL
+                       CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1))
+)
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_state_ck
+    CHECK (state IN ('ready', 'running', 'waiting', 'succeeded', 'dead', 'cancelled'))
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_finished_ck CHECK (
+    (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+    OR (state IN ('ready', 'running', 'waiting') AND finished_at IS NULL))
+/
+ALTER TABLE portq_job ADD CONSTRAINT portq_job_deps_ck CHECK (
+    (state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0))
+/
+CREATE TABLE portq_job_dep (
+    job_id     NUMBER(19) NOT NULL CONSTRAINT portq_job_dep_job_fk
+                   REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    depends_on NUMBER(19) NOT NULL,
+    resolved   NUMBER(1)  DEFAULT 0 NOT NULL
+                   CONSTRAINT portq_job_dep_resolved_ck CHECK (resolved IN (0, 1)),
+    CONSTRAINT portq_job_dep_pk PRIMARY KEY (job_id, depends_on)
+)
+/
+CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved)
+/
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): a function-based index holding flagged rows
+-- only (an all-NULL key is not indexed); dep_unsettled repeats the expression
+CREATE INDEX portq_job_unsettled_idx ON portq_job (
+    CASE WHEN has_dependents = 1 AND state IN ('dead', 'cancelled') THEN job_id END)
+/

@@ -116,14 +116,34 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- name: complete_many
 -- Several completions in one statement (SqlBackend.fenced_many). :claims is a JSON array
 -- of {"job_id", "generation", "worker_id"}; each is fenced exactly as `complete`, and the
--- rows returned are the claims that were completed.
-UPDATE portq_job AS j
-SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = now()
-FROM jsonb_to_recordset(CAST(:claims AS jsonb))
-     AS c(job_id bigint, generation integer, worker_id text)
-WHERE j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
-  AND j.state = 'running' AND j.lease_until > now()
-RETURNING j.job_id, j.attempts;
+-- rows returned are the claims that were completed. A completed job that is someone's
+-- dependency (has_dependents, migration 12) resolves its unresolved edges and counts them
+-- off its waiting dependents, which become ready at zero, in this same statement: each
+-- dependent's row lock serialises two dependencies finishing at once, and its UPDATE
+-- re-reads deps_left after the wait (READ COMMITTED), so the last one releases it, once.
+-- For jobs without dependents the two later steps join no row.
+WITH done AS (
+    UPDATE portq_job AS j
+    SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = now()
+    FROM jsonb_to_recordset(CAST(:claims AS jsonb))
+         AS c(job_id bigint, generation integer, worker_id text)
+    WHERE j.job_id = c.job_id AND j.attempts = c.generation AND j.worker_id = c.worker_id
+      AND j.state = 'running' AND j.lease_until > now()
+    RETURNING j.job_id, j.attempts, j.has_dependents
+), resolved AS (
+    UPDATE portq_job_dep AS d
+    SET resolved = 1
+    FROM done
+    WHERE done.has_dependents = 1 AND d.depends_on = done.job_id AND d.resolved = 0
+    RETURNING d.job_id
+), released AS (
+    UPDATE portq_job AS w
+    SET state = CASE WHEN w.deps_left = r.n THEN 'ready' ELSE w.state END,
+        deps_left = w.deps_left - r.n
+    FROM (SELECT job_id, count(*) AS n FROM resolved GROUP BY job_id) AS r
+    WHERE w.job_id = r.job_id AND w.state = 'waiting'
+)
+SELECT job_id, attempts FROM done;
 
 -- name: renew_many
 -- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`; the
@@ -195,6 +215,10 @@ WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
       AND finished_at < now() - :older_than_ms * interval '1 millisecond'
+      -- never a result an unfinished dependent may still read (migration 12)
+      AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d JOIN portq_job AS w ON w.job_id = d.job_id
+                      WHERE d.depends_on = portq_job.job_id
+                        AND w.state IN ('waiting', 'ready', 'running'))
     ORDER BY finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -220,13 +244,14 @@ WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 -- name: cancel
 WITH old AS (
     SELECT job_id, state FROM portq_job
-    WHERE job_id = :job_id AND state IN ('ready', 'running')
+    WHERE job_id = :job_id AND state IN ('ready', 'running', 'waiting')
     FOR UPDATE
 ), cancelled AS (
     UPDATE portq_job AS j
-    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now(),
+        deps_left = 0
     FROM old
-    WHERE j.job_id = old.job_id AND j.state IN ('ready', 'running')
+    WHERE j.job_id = old.job_id AND j.state IN ('ready', 'running', 'waiting')
     RETURNING j.job_id, j.attempts, old.state AS was
 )
 SELECT job_id, CASE WHEN was = 'running'
@@ -242,7 +267,8 @@ SELECT queue,
        count(*) FILTER (WHERE state = 'dead'),
        count(*) FILTER (WHERE state = 'cancelled'),
        min(run_at) FILTER (WHERE state = 'ready' AND run_at <= now()),
-       now()
+       now(),
+       count(*) FILTER (WHERE state = 'waiting')
 FROM portq_job
 WHERE :queue = '*' OR queue = :queue
 GROUP BY queue;
@@ -330,7 +356,8 @@ WITH old AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), cancelled AS (
     UPDATE portq_job AS j
-    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now()
+    SET state = 'cancelled', worker_id = NULL, lease_until = NULL, finished_at = now(),
+        deps_left = 0
     FROM old
     WHERE j.job_id = old.job_id AND j.state IN (:states)
     RETURNING j.job_id, j.attempts, old.state AS was
@@ -618,3 +645,83 @@ FROM portq_job
 WHERE state IN ('succeeded', 'dead', 'cancelled') AND state <> 'cancelled'
   AND finished_at > now() - :window_s * interval '1 second'
 GROUP BY 1, 2, 3;
+
+-- ---- job dependencies (migration 12; SqlBackend's dependency block) ----------------------
+-- Enqueue: lock each dependency's row (a completion of it waits for this transaction, and
+-- this one reads its state as committed after any completion it waited for), flag it,
+-- then record the edge; the new job waits on the dependencies not yet finished.
+-- name: dep_lock
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id
+FOR UPDATE;
+
+-- name: dep_flag
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting');
+
+-- name: dep_insert
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
+
+-- name: dep_wait
+UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure
+WHERE job_id = :job_id AND state = 'ready';
+
+-- A dependency that ended (its row held by this transaction): count its unresolved edges
+-- off the waiting dependents (:every = 1: every one, after a success; 0: those that run
+-- anyway, after it ended dead or cancelled), cancel the rest, mark the edges resolved.
+-- name: dep_release
+UPDATE portq_job
+SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
+WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel_ids
+SELECT job_id, has_dependents FROM portq_job
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel
+UPDATE portq_job
+SET state = 'cancelled', deps_left = 0, finished_at = now(), last_error = :error
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- A new job whose dependency already ended dead or cancelled (and that does not run anyway)
+-- name: dep_cancel_job
+UPDATE portq_job SET state = 'cancelled', finished_at = now(), last_error = :error
+WHERE job_id = :job_id AND state = 'ready';
+
+-- name: dep_resolve
+UPDATE portq_job_dep SET resolved = 1 WHERE depends_on = :job_id AND resolved = 0;
+
+-- name: dep_unflag
+UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id;
+
+-- Jobs this transaction ended dead or cancelled that are still someone's unresolved
+-- dependency (a near-empty partial index): what fail, reap, release and cancel resolve.
+-- name: dep_unsettled
+SELECT job_id, state FROM portq_job
+WHERE has_dependents = 1 AND state IN ('dead', 'cancelled')
+ORDER BY job_id
+FOR UPDATE;
+
+-- name: dependency_results
+SELECT d.depends_on, r.result::text
+FROM portq_job_dep AS d JOIN portq_result AS r ON r.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependencies
+SELECT d.depends_on, j.state FROM portq_job_dep AS d
+LEFT JOIN portq_job AS j ON j.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+SELECT d.job_id, j.state FROM portq_job_dep AS d
+JOIN portq_job AS j ON j.job_id = d.job_id
+WHERE d.depends_on = :job_id
+ORDER BY d.job_id;

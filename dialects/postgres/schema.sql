@@ -157,3 +157,40 @@ ALTER TABLE portq_job
     ADD COLUMN progress_note text CONSTRAINT portq_job_progress_note_ck
         CHECK (char_length(progress_note) <= 200),
     ADD COLUMN progress_at timestamptz;
+
+-- migration: 12
+-- Job dependencies (enqueue(depends_on=[ids]); docs/operations.md, "Workflows"). A job
+-- with unfinished dependencies is 'waiting', outside the partial ready index: deps_left
+-- counts them (> 0 exactly while waiting), decremented in the transaction that finishes
+-- each one. dep_failure: 0 cancels the job when a dependency ends dead or cancelled, 1 runs
+-- it anyway. has_dependents: 1 once a job became someone's dependency while unfinished, so
+-- that a completion does the extra step only then. One portq_job_dep row per edge (job_id
+-- waits on depends_on); resolved = 1 once depends_on's end was counted. New columns with
+-- constant defaults rewrite no row; the widened state CHECKs are validated once.
+ALTER TABLE portq_job
+    DROP CONSTRAINT portq_job_state_ck,
+    DROP CONSTRAINT portq_job_finished_ck,
+    ADD CONSTRAINT portq_job_state_ck
+        CHECK (state IN ('ready', 'running', 'waiting', 'succeeded', 'dead', 'cancelled')),
+    ADD CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN ('succeeded', 'dead', 'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN ('ready', 'running', 'waiting') AND finished_at IS NULL)),
+    ADD COLUMN deps_left integer NOT NULL DEFAULT 0,
+    ADD COLUMN has_dependents smallint NOT NULL DEFAULT 0
+        CONSTRAINT portq_job_has_dependents_ck CHECK (has_dependents IN (0, 1)),
+    ADD COLUMN dep_failure smallint NOT NULL DEFAULT 0
+        CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1)),
+    ADD CONSTRAINT portq_job_deps_ck CHECK (
+        (state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0));
+CREATE TABLE portq_job_dep (
+    job_id     bigint   NOT NULL REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    depends_on bigint   NOT NULL,
+    resolved   smallint NOT NULL DEFAULT 0 CONSTRAINT portq_job_dep_resolved_ck
+                   CHECK (resolved IN (0, 1)),
+    PRIMARY KEY (job_id, depends_on)
+);
+CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): flagged rows only, so it stays near-empty
+CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
+    WHERE has_dependents = 1 AND state IN ('dead', 'cancelled');

@@ -82,7 +82,8 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- Several completions in one statement (SqlBackend.fenced_many). :claims is a JSON array
 -- of {"job_id", "generation", "worker_id"}; each is fenced exactly as `complete`, and the
 -- rows returned are the claims that were completed (UPDATE ... FROM needs SQLite 3.33,
--- RETURNING 3.35).
+-- RETURNING 3.35), with has_dependents: SqlBackend.completed_dependencies releases those
+-- jobs' dependents in the same transaction.
 UPDATE portq_job
 SET state = 'succeeded', worker_id = NULL, lease_until = NULL,
     finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
@@ -92,7 +93,7 @@ WHERE portq_job.job_id = json_extract(c.value, '$.job_id')
   AND portq_job.worker_id = json_extract(c.value, '$.worker_id')
   AND portq_job.state = 'running'
   AND portq_job.lease_until > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
-RETURNING job_id, attempts;
+RETURNING job_id, attempts, has_dependents;
 
 -- name: renew_many
 -- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`.
@@ -169,6 +170,10 @@ WHERE job_id IN (
     SELECT job_id FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
       AND finished_at < CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) - :older_than_ms * 1000
+      -- never a result an unfinished dependent may still read (migration 12)
+      AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d JOIN portq_job AS w ON w.job_id = d.job_id
+                      WHERE d.depends_on = portq_job.job_id
+                        AND w.state IN ('waiting', 'ready', 'running'))
     ORDER BY finished_at
     LIMIT :limit);
 
@@ -184,9 +189,9 @@ WHERE job_id = :job_id AND state IN ('dead', 'cancelled');
 
 -- name: cancel
 UPDATE portq_job
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, deps_left = 0,
     finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
-WHERE job_id = :job_id AND state IN ('ready', 'running');
+WHERE job_id = :job_id AND state IN ('ready', 'running', 'waiting');
 
 -- name: stats
 SELECT queue,
@@ -197,7 +202,8 @@ SELECT queue,
        SUM(CASE WHEN state = 'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = 'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = 'ready' AND run_at <= n.now THEN run_at END),
-       MAX(n.now)
+       MAX(n.now),
+       SUM(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END)
 FROM portq_job
 CROSS JOIN (SELECT CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) AS now) AS n
 WHERE :queue = '*' OR queue = :queue
@@ -272,7 +278,7 @@ WHERE job_id IN (
 
 -- name: cancel_many
 UPDATE portq_job
-SET state = 'cancelled', worker_id = NULL, lease_until = NULL,
+SET state = 'cancelled', worker_id = NULL, lease_until = NULL, deps_left = 0,
     finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
 WHERE job_id IN (
     SELECT job_id FROM portq_job
@@ -543,3 +549,73 @@ WHERE state IN ('succeeded', 'dead', 'cancelled') AND state <> 'cancelled'
   AND finished_at > CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
                     - :window_s * 1000000
 GROUP BY 1, 2, 3;
+
+-- ---- job dependencies (migration 12; portq/backends/dependencies.py) -------------------
+-- Every write transaction holds SQLite's one write lock: no row locks are needed.
+-- name: dep_lock
+SELECT job_id, state FROM portq_job
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id;
+
+-- name: dep_flag
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN ('ready', 'running', 'waiting');
+
+-- name: dep_insert
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN ('ready', 'running', 'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
+
+-- name: dep_wait
+UPDATE portq_job SET state = 'waiting', deps_left = :deps_left, dep_failure = :dep_failure
+WHERE job_id = :job_id AND state = 'ready';
+
+-- name: dep_release
+UPDATE portq_job
+SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
+WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel_ids
+SELECT job_id, has_dependents FROM portq_job
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel
+UPDATE portq_job
+SET state = 'cancelled', deps_left = 0, finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), last_error = :error
+WHERE state = 'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel_job
+UPDATE portq_job SET state = 'cancelled', finished_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER), last_error = :error
+WHERE job_id = :job_id AND state = 'ready';
+
+-- name: dep_resolve
+UPDATE portq_job_dep SET resolved = 1 WHERE depends_on = :job_id AND resolved = 0;
+
+-- name: dep_unflag
+UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id;
+
+-- name: dep_unsettled
+SELECT job_id, state FROM portq_job
+WHERE has_dependents = 1 AND state IN ('dead', 'cancelled')
+ORDER BY job_id;
+
+-- name: dependency_results
+SELECT d.depends_on, r.result
+FROM portq_job_dep AS d JOIN portq_result AS r ON r.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependencies
+SELECT d.depends_on, j.state FROM portq_job_dep AS d
+LEFT JOIN portq_job AS j ON j.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+SELECT d.job_id, j.state FROM portq_job_dep AS d
+JOIN portq_job AS j ON j.job_id = d.job_id
+WHERE d.depends_on = :job_id
+ORDER BY d.job_id;

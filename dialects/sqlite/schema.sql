@@ -147,3 +147,42 @@ ALTER TABLE portq_job ADD COLUMN meta TEXT
 ALTER TABLE portq_job ADD COLUMN progress REAL CHECK (progress >= 0 AND progress <= 1);
 ALTER TABLE portq_job ADD COLUMN progress_note TEXT CHECK (length(progress_note) <= 200);
 ALTER TABLE portq_job ADD COLUMN progress_at INTEGER;
+
+-- migration: 12
+-- Job dependencies (enqueue(depends_on=[ids]); docs/operations.md, "Workflows"). A job
+-- with unfinished dependencies is 'waiting', outside the ready index: deps_left counts
+-- them (> 0 exactly while waiting), decremented in the transaction that finishes each one.
+-- dep_failure: 0 cancels the job when a dependency ends dead or cancelled, 1 runs it
+-- anyway. has_dependents: 1 once a job became someone's dependency while unfinished, so
+-- that a completion does the extra step only then. One portq_job_dep row per edge
+-- (job_id waits on depends_on); resolved = 1 once depends_on's end was counted.
+-- The state CHECKs gain 'waiting': SQLite cannot alter a constraint, and rebuilding the
+-- table would cascade-delete results through the foreign keys, so the table's stored SQL
+-- is rewritten (the documented writable_schema procedure, for a constraint that only
+-- widens; SqliteBackend.run_ddl bumps schema_version after it).
+PRAGMA writable_schema = ON;
+UPDATE sqlite_master
+SET sql = replace(replace(sql,
+    'state IN (''ready'', ''running'', ''succeeded'', ''dead'', ''cancelled'')',
+    'state IN (''ready'', ''running'', ''waiting'', ''succeeded'', ''dead'', ''cancelled'')'),
+    'state IN (''ready'', ''running'') AND finished_at IS NULL',
+    'state IN (''ready'', ''running'', ''waiting'') AND finished_at IS NULL')
+WHERE type = 'table' AND name = 'portq_job';
+PRAGMA writable_schema = OFF;
+ALTER TABLE portq_job ADD COLUMN deps_left INTEGER NOT NULL DEFAULT 0
+    CHECK ((state = 'waiting' AND deps_left > 0) OR (state <> 'waiting' AND deps_left = 0));
+ALTER TABLE portq_job ADD COLUMN has_dependents INTEGER NOT NULL DEFAULT 0
+    CHECK (has_dependents IN (0, 1));
+ALTER TABLE portq_job ADD COLUMN dep_failure INTEGER NOT NULL DEFAULT 0
+    CHECK (dep_failure IN (0, 1));
+CREATE TABLE portq_job_dep (
+    job_id     INTEGER NOT NULL REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    depends_on INTEGER NOT NULL,
+    resolved   INTEGER NOT NULL DEFAULT 0 CHECK (resolved IN (0, 1)),
+    PRIMARY KEY (job_id, depends_on)
+);
+CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): flagged rows only, so it stays near-empty
+CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
+    WHERE has_dependents = 1 AND state IN ('dead', 'cancelled');

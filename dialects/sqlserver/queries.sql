@@ -172,10 +172,11 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- of {"job_id", "generation", "worker_id"} read by OPENJSON (compatibility level 130+);
 -- each is fenced as `complete`, the job row reached by a seek on its key (FORCESEEK, so
 -- no scan takes update locks on other workers' rows), and OUTPUT names the claims
--- completed.
+-- completed, with has_dependents: SqlBackend.completed_dependencies releases those jobs'
+-- dependents in the same transaction.
 UPDATE j
 SET state = N'succeeded', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
-OUTPUT inserted.job_id, inserted.attempts
+OUTPUT inserted.job_id, inserted.attempts, inserted.has_dependents
 FROM OPENJSON(:claims)
      WITH (job_id BIGINT '$.job_id', generation INT '$.generation',
            worker_id NVARCHAR(400) '$.worker_id') AS c
@@ -273,6 +274,10 @@ WITH c AS (
       AND finished_at < DATEADD(MILLISECOND, -CAST(:older_than_ms % 86400000 AS INT),
                                 DATEADD(DAY, -CAST(:older_than_ms / 86400000 AS INT),
                                         SYSUTCDATETIME()))
+      -- never a result an unfinished dependent may still read (migration 12)
+      AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d JOIN portq_job AS w ON w.job_id = d.job_id
+                      WHERE d.depends_on = portq_job.job_id
+                        AND w.state IN (N'waiting', N'ready', N'running'))
     ORDER BY finished_at
 )
 DELETE FROM c;
@@ -289,8 +294,9 @@ WHERE job_id = :job_id AND state IN (N'dead', N'cancelled');
 
 -- name: cancel
 UPDATE portq_job
-SET state = N'cancelled', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME()
-WHERE job_id = :job_id AND state IN (N'ready', N'running');
+SET state = N'cancelled', worker_id = NULL, lease_until = NULL, finished_at = SYSUTCDATETIME(),
+    deps_left = 0
+WHERE job_id = :job_id AND state IN (N'ready', N'running', N'waiting');
 
 -- name: stats
 SELECT queue,
@@ -301,7 +307,8 @@ SELECT queue,
        SUM(CASE WHEN state = N'dead' THEN 1 ELSE 0 END),
        SUM(CASE WHEN state = N'cancelled' THEN 1 ELSE 0 END),
        MIN(CASE WHEN state = N'ready' AND run_at <= n.db_now THEN run_at END),
-       MAX(n.db_now)
+       MAX(n.db_now),
+       SUM(CASE WHEN state = N'waiting' THEN 1 ELSE 0 END)
 FROM portq_job WITH (READPAST, READCOMMITTEDLOCK)
 CROSS JOIN (SELECT SYSUTCDATETIME() AS db_now) AS n
 WHERE :queue = N'*' OR queue = :queue
@@ -380,14 +387,14 @@ SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
 
 -- name: cancel_many
 WITH c AS (
-    SELECT TOP (:limit) state, worker_id, lease_until, finished_at
+    SELECT TOP (:limit) state, worker_id, lease_until, finished_at, deps_left
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
     ORDER BY job_id
 )
 UPDATE c
 SET state = N'cancelled', worker_id = NULL, lease_until = NULL,
-    finished_at = SYSUTCDATETIME();
+    finished_at = SYSUTCDATETIME(), deps_left = 0;
 
 -- What `portq conformance` prints first: server version, this session's isolation level
 -- (sys.dm_exec_sessions; transaction_isolation_level 1-5 as documented). Where the login
@@ -710,3 +717,74 @@ FROM (SELECT queue,
       WHERE state IN (N'succeeded', N'dead', N'cancelled') AND state <> N'cancelled'
         AND finished_at > DATEADD(SECOND, -CAST(:window_s AS INT), SYSUTCDATETIME())) t
 GROUP BY queue, wait_b, run_b;
+
+-- ---- job dependencies (migration 12; portq/backends/dependencies.py) -------------------
+-- UPDLOCK reads hold the dependency's row to commit (READ COMMITTED, set on every session):
+-- its completion waits for this enqueue, and this read sees the row as last committed.
+-- name: dep_lock
+SELECT job_id, state FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+WHERE job_id IN (:dep_ids)
+ORDER BY job_id;
+
+-- name: dep_flag
+UPDATE portq_job SET has_dependents = 1
+WHERE job_id IN (:dep_ids) AND has_dependents = 0 AND state IN (N'ready', N'running', N'waiting');
+
+-- name: dep_insert
+INSERT INTO portq_job_dep (job_id, depends_on, resolved)
+SELECT :job_id, job_id, CASE WHEN :count_unfinished = 1 AND state IN (N'ready', N'running', N'waiting') THEN 0 ELSE 1 END
+FROM portq_job WHERE job_id IN (:dep_ids);
+
+-- name: dep_wait
+UPDATE portq_job SET state = N'waiting', deps_left = :deps_left, dep_failure = :dep_failure
+WHERE job_id = :job_id AND state = N'ready';
+
+-- name: dep_release
+UPDATE portq_job
+SET state = CASE WHEN deps_left = 1 THEN N'ready' ELSE state END, deps_left = deps_left - 1
+WHERE state = N'waiting' AND (:every = 1 OR dep_failure = 1)
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel_ids
+SELECT job_id, has_dependents FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+WHERE state = N'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel
+UPDATE portq_job
+SET state = N'cancelled', deps_left = 0, finished_at = SYSUTCDATETIME(), last_error = :error
+WHERE state = N'waiting' AND dep_failure = 0
+  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+
+-- name: dep_cancel_job
+UPDATE portq_job SET state = N'cancelled', finished_at = SYSUTCDATETIME(), last_error = :error
+WHERE job_id = :job_id AND state = N'ready';
+
+-- name: dep_resolve
+UPDATE portq_job_dep SET resolved = 1 WHERE depends_on = :job_id AND resolved = 0;
+
+-- name: dep_unflag
+UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id;
+
+-- name: dep_unsettled
+SELECT job_id, state FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
+WHERE has_dependents = 1 AND state IN (N'dead', N'cancelled')
+ORDER BY job_id;
+
+-- name: dependency_results
+SELECT d.depends_on, r.result
+FROM portq_job_dep AS d JOIN portq_result AS r ON r.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependencies
+SELECT d.depends_on, j.state FROM portq_job_dep AS d
+LEFT JOIN portq_job AS j ON j.job_id = d.depends_on
+WHERE d.job_id = :job_id
+ORDER BY d.depends_on;
+
+-- name: job_dependents
+SELECT d.job_id, j.state FROM portq_job_dep AS d
+JOIN portq_job AS j ON j.job_id = d.job_id
+WHERE d.depends_on = :job_id
+ORDER BY d.job_id;

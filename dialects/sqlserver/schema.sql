@@ -228,3 +228,44 @@ ALTER TABLE portq_job ADD
     progress_note NVARCHAR(400)  NULL CONSTRAINT portq_job_progress_note_ck
                       CHECK (DATALENGTH(progress_note) <= 800),
     progress_at   DATETIME2(6)   NULL;
+
+-- migration: 12
+-- Job dependencies (enqueue(depends_on=[ids]); docs/operations.md, "Workflows"). A job
+-- with unfinished dependencies is 'waiting', outside the filtered ready index: deps_left
+-- counts them (> 0 exactly while waiting), decremented in the transaction that finishes
+-- each one. dep_failure: 0 cancels the job when a dependency ends dead or cancelled, 1 runs
+-- it anyway. has_dependents: 1 once a job became someone's dependency while unfinished, so
+-- that a completion does the extra step only then. One portq_job_dep row per edge (job_id
+-- waits on depends_on); resolved = 1 once depends_on's end was counted. Only job_id
+-- cascades: a second cascading path from portq_job (depends_on) would be refused (1785).
+-- NOT NULL columns with a constant default: a metadata change on 2012+ (Enterprise) or a
+-- rewrite (Standard), as in migration 9.
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_state_ck;
+ALTER TABLE portq_job DROP CONSTRAINT portq_job_finished_ck;
+ALTER TABLE portq_job ADD
+    deps_left      INT      NOT NULL CONSTRAINT portq_job_deps_left_df DEFAULT 0,
+    has_dependents SMALLINT NOT NULL CONSTRAINT portq_job_has_dependents_df DEFAULT 0
+                       CONSTRAINT portq_job_has_dependents_ck CHECK (has_dependents IN (0, 1)),
+    dep_failure    SMALLINT NOT NULL CONSTRAINT portq_job_dep_failure_df DEFAULT 0
+                       CONSTRAINT portq_job_dep_failure_ck CHECK (dep_failure IN (0, 1));
+ALTER TABLE portq_job ADD
+    CONSTRAINT portq_job_state_ck CHECK (state IN (N'ready', N'running', N'waiting',
+                                                   N'succeeded', N'dead', N'cancelled')),
+    CONSTRAINT portq_job_finished_ck CHECK (
+        (state IN (N'succeeded', N'dead', N'cancelled') AND finished_at IS NOT NULL)
+        OR (state IN (N'ready', N'running', N'waiting') AND finished_at IS NULL)),
+    CONSTRAINT portq_job_deps_ck CHECK (
+        (state = N'waiting' AND deps_left > 0) OR (state <> N'waiting' AND deps_left = 0));
+CREATE TABLE portq_job_dep (
+    job_id     BIGINT   NOT NULL CONSTRAINT portq_job_dep_job_fk
+                   REFERENCES portq_job (job_id) ON DELETE CASCADE,
+    depends_on BIGINT   NOT NULL,
+    resolved   SMALLINT NOT NULL CONSTRAINT portq_job_dep_resolved_df DEFAULT 0
+                   CONSTRAINT portq_job_dep_resolved_ck CHECK (resolved IN (0, 1)),
+    CONSTRAINT portq_job_dep_pk PRIMARY KEY (job_id, depends_on)
+);
+CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
+-- the jobs a transaction ended dead or cancelled while still someone's unresolved
+-- dependency (SqlBackend.settle_dependencies): a filtered index of flagged rows
+CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
+    WHERE has_dependents = 1 AND state IN (N'dead', N'cancelled');

@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from portq.backends import dependencies
 from portq.errors import (
     CannotConnect,
     ConfigurationError,
@@ -529,7 +530,10 @@ class SqlBackend(Backend):
 
     def insert_all(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         """:meth:`insert_jobs` for runs of jobs without a uniqueness scope, and
-        :meth:`insert_scoped` for each job with one; results in the order given."""
+        :meth:`insert_scoped` for each job with one; results in the order given. Jobs with
+        dependencies: see :meth:`insert_dependent`."""
+        if any(job.depends_on for job in jobs):
+            return self.insert_dependent(cur, jobs)
         if all(job.unique is None for job in jobs):
             return self.insert_jobs(cur, jobs)
         results: list[EnqueueResult] = []
@@ -783,12 +787,14 @@ class SqlBackend(Backend):
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
-        return Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
-                   attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-                   priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                   start_by=start_by, leased_at=leased_at,
-                   timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
-                   run_at=self.from_db_time(run_at), meta=self.load_meta(meta))
+        job = Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
+                  attempt=int(attempts), max_attempts=int(max_attempts), key=key,
+                  priority=int(priority), claim=claim, concurrency_key=concurrency_key,
+                  start_by=start_by, leased_at=leased_at,
+                  timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
+                  run_at=self.from_db_time(run_at), meta=self.load_meta(meta))
+        job._deps.read = self.dependency_results
+        return job
 
     def load_meta(self, value: Any) -> dict[str, str]:
         """A job's stored ``meta`` (JSON text, or None) as a dict of strings."""
@@ -839,17 +845,23 @@ class SqlBackend(Backend):
         if not claims:
             return []
         params = {**params, "claims": self.claims_json(claims)}
-        done = self.run(op, lambda cur: self.fenced_rows(cur, op, params), single=True)
+        # a completion that may release dependents needs a transaction unless the engine's
+        # statement does it itself (completes_dependents_in_statement)
+        single = op != "complete_many" or self.completes_dependents_in_statement
+        done = self.run(op, lambda cur: self.fenced_rows(cur, op, params), single=single)
         return [(c.job_id, c.generation) in done for c in claims]
 
     def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
         """Run ``op`` in the open transaction; the ``(job_id, generation)`` of every row it
-        wrote. Default: one statement returning those two columns (RETURNING / OUTPUT)."""
-        return {(int(job_id), int(gen))
-                for job_id, gen in self.execute(cur, op, params).fetchall()}
+        wrote. Default: one statement returning those two columns (RETURNING / OUTPUT), and
+        for ``complete_many`` a third, ``has_dependents``: those jobs' dependents are
+        resolved in this transaction (:meth:`completed_dependencies`)."""
+        rows = self.execute(cur, op, params).fetchall()
+        self.completed_dependencies(cur, [int(r[0]) for r in rows if len(r) > 2 and r[2]])
+        return {(int(r[0]), int(r[1])) for r in rows}
 
     def release(self, claim: Claim) -> bool:
-        return self._guarded("release", self.guard(claim))
+        return self._settled("release", self.guard(claim))
 
     def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
         return self._guarded("snooze", {**self.guard(claim), "delay_ms": delay_ms,
@@ -871,6 +883,7 @@ class SqlBackend(Backend):
             if self.execute(cur, "fail", params).rowcount != 1:
                 return False
             self.execute(cur, "record_error", {**params, "error": error[:8000]})
+            self.settle_dependencies(cur)
             return True
         return self.run("fail", go)
 
@@ -878,7 +891,7 @@ class SqlBackend(Backend):
 
     def reap(self, limit: int, delay_ms: int) -> int:
         params = {"limit": limit, "delay_ms": delay_ms}
-        return self.run("reap", lambda cur: self.reap_rows(cur, params), single=True)
+        return self.run("reap", lambda cur: self.settled_count(cur, self.reap_rows(cur, params)))
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
         return int(self.execute(cur, "reap", params).rowcount)
@@ -899,8 +912,7 @@ class SqlBackend(Backend):
                              single=True))
 
     def cancel(self, job_id: int) -> bool:
-        return bool(self.run("cancel", lambda cur: self.execute(
-            cur, "cancel", {"job_id": job_id}).rowcount == 1, single=True))
+        return self._settled("cancel", {"job_id": job_id})
 
     def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
         rows = self.run("finished_per_minute", lambda cur: self.execute(
@@ -949,7 +961,8 @@ class SqlBackend(Backend):
                   for q, p, c, r, ms in limit_rows}
         attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
-        for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
+        for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now, waiting \
+                in rows:
             oldest_at, now_at = self.from_db_time(oldest), self.from_db_time(now)
             age = None
             if oldest_at is not None and now_at is not None:
@@ -960,6 +973,7 @@ class SqlBackend(Backend):
                 queue=q, ready=int(ready or 0), scheduled=int(scheduled or 0),
                 running=int(running or 0), succeeded=int(succeeded or 0), dead=int(dead or 0),
                 cancelled=int(cancelled or 0), oldest_ready_age_s=age, failed_1h=failed_1h,
+                waiting=int(waiting or 0),
                 succeeded_1h=succeeded_1h, retry_rate=failed_1h / ended if ended else None,
                 **limits.get(q, NO_LIMITS).as_fields()))
         listed = {s.queue for s in out}
@@ -985,7 +999,8 @@ class SqlBackend(Backend):
 
     def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
         params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit}
-        return self.run("cancel_many", lambda cur: self.batch_rows(cur, "cancel_many", params))
+        return self.run("cancel_many", lambda cur: self.settled_count(
+            cur, self.batch_rows(cur, "cancel_many", params)))
 
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Run a bounded batch statement (``limit`` rows at most); return rows changed.
@@ -1072,6 +1087,68 @@ class SqlBackend(Backend):
     def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
         """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
         return [(e.attempt, e.worker_id, e.error) for e in self.error_history(job_id)]
+
+    # ---- job dependencies (migration 12; the logic is portq/backends/dependencies.py) ----
+
+    #: True where the ``complete_many`` statement itself releases the dependents of the
+    #: jobs it completes (PostgreSQL's data-modifying CTEs), so that it may run as one
+    #: autocommit statement; elsewhere it returns ``has_dependents`` and runs in a
+    #: transaction that :meth:`completed_dependencies` continues
+    completes_dependents_in_statement: ClassVar[bool] = False
+
+    def insert_dependent(self, cur: Any, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        """Enqueue jobs of which some have dependencies: lock and read every dependency
+        first (an unknown id is refused before anything is written), insert each job, then
+        record its edges and make it wait (or cancel it: a dependency already failed)."""
+        states = dependencies.lock_dependencies(self, cur, jobs)
+        results: list[EnqueueResult] = []
+        for job in jobs:
+            result = self.insert_all(cur, [replace(job, depends_on=())])[0]
+            if job.depends_on:
+                dependencies.attach(self, cur, job, result, states)
+            results.append(result)
+        return results
+
+    def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Run ``dep_release`` / ``dep_cancel`` (an update of a dependency's waiting
+        dependents). Default: one statement; MySQL/MariaDB lock the ids first."""
+        self.execute(cur, name, params)
+
+    def completed_dependencies(self, cur: Any, flagged: Sequence[int]) -> None:
+        """Release the dependents of jobs this transaction completed (``flagged``: those
+        with ``has_dependents``)."""
+        if flagged:
+            dependencies.completed(self, cur, flagged)
+
+    def settle_dependencies(self, cur: Any) -> None:
+        """Resolve the dependents of jobs this transaction ended dead or cancelled."""
+        dependencies.settle(self, cur)
+
+    def settled_count(self, cur: Any, changed: int) -> int:
+        """After a batch that ended ``changed`` jobs' attempts (reap, cancel_many): settle
+        the dependents of those that ended dead or cancelled; return ``changed``."""
+        if changed:
+            self.settle_dependencies(cur)
+        return changed
+
+    def _settled(self, op: str, params: dict[str, Any]) -> bool:
+        """A one-row operation (``release``, ``cancel``) that may end the job dead or
+        cancelled, with its dependents settled in the same transaction."""
+        def go(cur: Any) -> bool:
+            if self.execute(cur, op, params).rowcount != 1:
+                return False
+            self.settle_dependencies(cur)
+            return True
+        return bool(self.run(op, go))
+
+    def dependency_results(self, job_id: int, conn: Any | None = None) -> dict[int, Any]:
+        """``{dependency id: result}`` for the job's dependencies that stored a result."""
+        return dependencies.dependency_results(self, job_id, conn)
+
+    def job_graph(self, job_id: int) -> tuple[list[tuple[int, str | None]],
+                                             list[tuple[int, str]]]:
+        """A job's dependencies and dependents, ``(id, state)`` each."""
+        return dependencies.graph(self, job_id)
 
     # ---- progress -----------------------------------------------------------------------
 

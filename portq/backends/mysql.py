@@ -236,12 +236,14 @@ class MysqlBackend(SqlBackend):
 
     def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
         """Two statements for any number of claims (no UPDATE ... RETURNING here): lock the
-        rows the claims still own, then update exactly those while the locks hold."""
+        rows the claims still own, then update exactly those while the locks hold (and,
+        after ``complete_many``, release the dependents of those with ``has_dependents``)."""
         lock, update = self.steps[op]
-        owned = {(int(job_id), int(gen))
-                 for job_id, gen in self.execute(cur, lock, params).fetchall()}
+        rows = self.execute(cur, lock, params).fetchall()
+        owned = {(int(r[0]), int(r[1])) for r in rows}
         if owned:
             self.execute(cur, update, {**params, "ids": tuple(sorted(i for i, _ in owned))})
+            self.completed_dependencies(cur, [int(r[0]) for r in rows if len(r) > 2 and r[2]])
         return owned
 
     def reap_rows(self, cur: Any, params: dict[str, Any]) -> int:
@@ -257,6 +259,14 @@ class MysqlBackend(SqlBackend):
         lock, change = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
         return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
+
+    def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
+        """Lock the dependents' ids through the edge index (an UPDATE ... WHERE job_id IN
+        (subquery) walks the whole job table here), then update those rows."""
+        lock, change = self.steps[name]
+        ids = self._lock_ids(cur, lock, params)
+        if ids:
+            self.execute(cur, change, {**params, "ids": ids})
 
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())

@@ -302,12 +302,19 @@ class OracleBackend(SqlBackend):
     def fenced_rows(self, cur: Any, op: str, params: dict[str, Any]) -> set[tuple[int, int]]:
         """One statement: the claims go in as a CLOB (a VARCHAR bind over 4000 bytes would
         be sent as LONG), the rows written come back through RETURNING ... INTO array
-        binds (one element per updated row)."""
+        binds (one element per updated row); after ``complete_many`` the dependents of the
+        jobs with ``has_dependents`` are released in this transaction."""
         size = len(json.loads(params["claims"]))
         ids, gens = cur.var(int, arraysize=size), cur.var(int, arraysize=size)
-        self.execute(cur, op, {**params, "done_ids": ids, "done_generations": gens})
-        return {(int(i), int(g)) for i, g in zip(ids.getvalue() or [], gens.getvalue() or [],
-                                                  strict=True)}
+        binds = {**params, "done_ids": ids, "done_generations": gens}
+        flags = binds["done_flags"] = cur.var(int, arraysize=size) \
+            if op == "complete_many" else None
+        self.execute(cur, op, binds)
+        done = list(zip(ids.getvalue() or [], gens.getvalue() or [], strict=True))
+        if flags is not None:  # has_dependents of each completed job
+            self.completed_dependencies(cur, [int(i) for (i, _), f in zip(
+                done, flags.getvalue() or [], strict=True) if f])
+        return {(int(i), int(g)) for i, g in done}
 
     def pending(self, queue: str) -> tuple[bool, bool]:
         """A ready row another session holds locked is not there, as for the claim (a

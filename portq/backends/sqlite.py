@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from portq.backends.base import EPOCH, ErrorKind, SqlBackend, utc_from_micros
-from portq.errors import ConfigurationError
+from portq.errors import ConfigurationError, SchemaError
 from portq.url import DatabaseURL
 
 #: sqlite3.OperationalError carries no specific code for these (SQLITE_ERROR): message
@@ -115,6 +115,23 @@ class SqliteBackend(SqlBackend):
 
     def begin(self, conn: Any, write: bool) -> None:
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def run_ddl(self, cur: Any, statement: str) -> None:
+        """Run one migration statement; after one that rewrites a table's stored SQL
+        (``UPDATE sqlite_master``, migration 12), bump ``schema_version`` so that every
+        connection reloads the schema (SQLite's documented writable_schema procedure)."""
+        cur.execute(statement)
+        if statement.lstrip().upper().startswith("UPDATE SQLITE_MASTER"):
+            if cur.rowcount != 1:
+                raise SchemaError(f"migrate: {self.prefix}job's stored SQL was not found to "
+                                  "widen its state constraints")
+            version = int(cur.execute("PRAGMA schema_version").fetchone()[0])
+            cur.execute(f"PRAGMA schema_version = {version + 1:d}")
+            (sql,) = cur.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND "
+                                 "name = ?", (f"{self.prefix}job",)).fetchone()
+            if str(sql).count("'waiting'") < 2:
+                raise SchemaError(f"migrate: {self.prefix}job's state constraints are not "
+                                  "the ones portq created; they were left unchanged")
 
     def classify(self, exc: BaseException) -> ErrorKind:
         if isinstance(exc, sqlite3.IntegrityError):

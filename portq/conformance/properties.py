@@ -153,6 +153,18 @@ PROPERTIES = (
         "test_stale_generation_cannot_store_a_result",
         "test_worker_stores_a_handlers_return_value",
         "test_worker_sends_a_job_with_an_unstorable_result_to_dead")),
+    Property("job dependencies and workflows", (
+        "test_a_waiting_job_is_not_claimed_and_is_released_by_the_last_dependency",
+        "test_dependencies_ending_together_release_each_dependent_once",
+        "test_a_dead_dependency_cancels_its_dependents_naming_it_or_runs_them",
+        "test_cancel_reap_and_give_back_settle_dependents_too",
+        "test_unknown_dependencies_are_refused_before_anything_is_written",
+        "test_a_succeeded_dependency_counts_at_enqueue",
+        "test_results_flow_to_dependents_and_are_kept_from_pruning",
+        "test_a_worker_runs_a_chain_and_a_fan_in_in_order",
+        "test_killed_worker_processes_lose_and_double_release_nothing",
+        "test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction",
+        "test_cli_enqueue_depends_on_and_workflow_shows_the_graph")),
     Property("tasks by name", (
         "test_sync_worker_routes_both_kinds_of_task",
         "test_async_worker_routes_tasks_deferred_async",

@@ -114,3 +114,12 @@ async def async_until_cancelled(job: Job) -> str:
         _append(job, task_cancelled_at=time.time(), seen=job.cancelled())
         raise
     return "slept"
+
+
+def workflow_step(job: Job) -> dict[str, Any]:
+    """Record the claim, read the dependencies' results, sleep ``PORTQT_SLEEP`` seconds and
+    return the job's id with the ids whose results it read (job dependencies)."""
+    _append(job)
+    seen = sorted(job.dependency_results())
+    time.sleep(float(os.environ.get("PORTQT_SLEEP", "0")))
+    return {"id": job.id, "seen": seen}

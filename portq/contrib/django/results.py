@@ -33,6 +33,8 @@ from portq.errors import Permanent
 from portq.job import JobError, JobRecord, error_line
 
 STATUS = {"ready": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
+          # waiting for its dependencies (enqueue(depends_on=...)): not started
+          "waiting": TaskResultStatus.READY,
           "succeeded": TaskResultStatus.SUCCESSFUL, "dead": TaskResultStatus.FAILED,
           "cancelled": TaskResultStatus.FAILED}
 #: the first line of an error text written by the task runner: ``[django.tasks] <class path>``
