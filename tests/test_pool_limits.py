@@ -1,0 +1,125 @@
+"""How many connections a worker process opens: a ``pool_size`` given to ``portq.connect``
+bounds them (the worker's claim loops fit within it), and a server at its connection limit
+makes a pool that holds connections wait for one of its own instead of failing. Against
+SQLite and the real PostgreSQL at PORTQ_TEST_PG_URL (a role of its own with CONNECTION
+LIMIT 2, so the shared server's limit is never approached)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import portq
+from portq.bench import drop_tables
+from portq.url import parse_url
+
+PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
+ROLE = "portq_pool_limit"
+
+
+def _noop(job: portq.Job) -> None:
+    pass
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_a_given_pool_size_bounds_the_workers_connections(engine: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}" if engine == "sqlite" else PG_URL
+    prefix = f"pb{uuid.uuid4().hex[:6]}_"
+    try:
+        bounded, free = portq.connect(url, prefix=prefix, pool_size=2), \
+            portq.connect(url, prefix=prefix)
+    except portq.DatabaseError as exc:
+        pytest.skip(f"no server at {parse_url(url).redacted()}: {exc}")
+    try:
+        bounded.migrate()
+        bounded.enqueue_many([{"queue": "q", "payload": {"n": i}} for i in range(300)])
+        worker = portq.Worker(bounded, "q", _noop, concurrency=4, burst=True)
+        portq.Worker(free, "q", _noop, concurrency=4)
+        assert free.backend.pool.max_size > 2  # raised to what the worker's threads use
+        assert bounded.backend.pool.max_size == 2  # given: not raised by the worker
+        peak = [0]
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], bounded.backend.pool.size)
+                time.sleep(0.001)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            worker.run()  # its four claim loops, writers and heartbeat share two connections
+        finally:
+            done.set()
+            watcher.join()
+        assert worker.counters.succeeded == 300
+        assert 1 <= peak[0] <= 2
+    finally:
+        drop_tables(bounded.backend)
+        bounded.close()
+        free.close()
+
+
+@pytest.fixture
+def limited_url() -> Iterator[str]:
+    """PG_URL as a role that may hold 2 connections at once."""
+    psycopg = pytest.importorskip("psycopg")
+    url = parse_url(PG_URL)
+    try:
+        admin = psycopg.connect(PG_URL.split("?")[0], autocommit=True)
+    except psycopg.Error as exc:
+        pytest.skip(f"no PostgreSQL server reachable at {url.redacted()}: {exc}")
+    with admin:
+        exists = admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (ROLE,)).fetchone()
+        if not exists:
+            admin.execute(f"CREATE ROLE {ROLE} LOGIN CONNECTION LIMIT 2")
+        admin.execute(f"GRANT ALL ON SCHEMA public TO {ROLE}")
+        admin.execute(f"GRANT CONNECT, CREATE ON DATABASE {url.database} TO {ROLE}")
+        yield f"postgresql://{ROLE}@{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database}"
+
+
+def test_a_full_server_makes_the_pool_wait_for_one_of_its_own(
+        limited_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="portq.pool")
+    prefix = f"pl{uuid.uuid4().hex[:6]}_"
+    queue = portq.connect(limited_url, prefix=prefix)
+    pool = queue.backend.pool
+    try:
+        held = [pool.acquire(), pool.acquire()]  # the role's limit
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(pool.acquire()))
+        waiter.start()
+        time.sleep(0.5)
+        assert not got  # refused by the server: waiting, not failed
+        pool.release(held.pop())
+        waiter.join(10)
+        assert len(got) == 1
+        assert caplog.text.count("pool.server_full") == 1
+        pool.release(got[0])
+        pool.release(held.pop())
+        queue.migrate()  # the pool works on at its size
+        queue.enqueue("q", {"n": 1})
+        assert len(queue.claim("q", "w", limit=5, lease=30)) == 1
+    finally:
+        drop_tables(queue.backend)
+        queue.close()
+
+
+def test_a_refusal_with_no_connection_held_still_fails(limited_url: str) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    others = [psycopg.connect(limited_url) for _ in range(2)]
+    queue = portq.connect(limited_url)
+    try:
+        with pytest.raises(portq.errors.CannotConnect, match="too many connections"):
+            queue.backend.pool.acquire()
+    finally:
+        queue.close()
+        for conn in others:
+            conn.close()
