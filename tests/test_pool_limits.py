@@ -123,3 +123,17 @@ def test_a_refusal_with_no_connection_held_still_fails(limited_url: str) -> None
         queue.close()
         for conn in others:
             conn.close()
+
+
+def test_the_cli_worker_takes_a_pool_size_and_says_it(tmp_path: Path) -> None:
+    from portq.conformance.helpers import run_portq
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    run_portq("migrate", url)
+    run_portq("enqueue", url, "--queue", "q", "--payload", "1")
+    sized = run_portq("worker", url, "--queue", "q", "--handler", "json:dumps", "--burst",
+                      "--pool-size", "3")
+    assert "claim_loops=1 pool=3 " in sized.stderr  # SQLite: one claim loop, one writer
+    assert "claimed=1 " in sized.stderr  # and ran on those three connections
+    default = run_portq("worker", url, "--queue", "q", "--handler", "json:dumps", "--burst")
+    # raised to concurrency 4 + 3 + 2 x 1 claim loop, or the queue's default pool of 10
+    assert "claim_loops=1 pool=10 " in default.stderr
