@@ -20,10 +20,10 @@ Size: ``max_size`` bounds the connections one pool (one ``Queue``, so one proces
 worker) opens; a worker raises it to what its threads use at once (:meth:`resize`) unless
 the size was given (``connect(url, pool_size=N)``: :attr:`Pool.bounded`), which then bounds
 them: its threads take turns on the connections (each holds one for one transaction). A
-server at its connection limit (PostgreSQL "too many clients", MySQL/MariaDB error 1040)
-refuses a new connection: while this pool holds others, the caller waits for one of them
-instead of failing, and the pool stays at the size it had for :data:`FULL_HOLD_S` seconds
-(logged once per pool).
+server at its connection limit (PostgreSQL "too many clients", MySQL/MariaDB error 1040, or
+a user's limit) refuses a new connection: while this pool holds others, the caller waits
+for one of them instead of failing, and the pool stays at the size it had for
+:data:`FULL_HOLD_S` seconds (logged once per pool).
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ log = logging.getLogger("portq.pool")
 
 #: how long a pool that found the server full stays at the size it had then
 FULL_HOLD_S = 30.0
-#: what a server at its connection limit says (PostgreSQL 53300; MySQL/MariaDB 1040)
+#: what a server at its connection limit says (PostgreSQL 53300, for the server, a role or a
+#: database; MySQL/MariaDB 1040 for the server, 1203/1226 for a user's max_user_connections)
 _FULL_TEXTS = ("too many clients", "remaining connection slots are reserved",
-               "too many connections")
+               "too many connections", "'max_user_connections'")
 
 
 class Pool:
