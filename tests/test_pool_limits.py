@@ -149,3 +149,20 @@ def test_the_cli_worker_takes_a_pool_size_and_says_it(tmp_path: Path) -> None:
     default = run_portq("worker", url, "--queue", "q", "--handler", "json:dumps", "--burst")
     # raised to concurrency 4 + 3 + 2 x 1 claim loop, or the queue's default pool of 10
     assert "claim_loops=1 pool=10 " in default.stderr
+
+
+def test_a_given_pool_size_bounds_an_async_workers_connections(tmp_path: Path) -> None:
+    import asyncio
+
+    from portq import aio
+
+    async def main() -> tuple[int, int, int]:
+        async with await aio.connect(f"sqlite:///{tmp_path / 'a.db'}", pool_size=2) as q:
+            await q.migrate()
+            await q.enqueue_many([{"queue": "q", "payload": i} for i in range(100)])
+            worker = aio.AsyncWorker(q, "q", _noop, burst=True)
+            counters = await asyncio.wait_for(worker.run(), 120)
+            pool = q.queue.backend.pool
+            return counters.succeeded, pool.max_size, pool.size
+    succeeded, max_size, size = asyncio.run(main())
+    assert succeeded == 100 and max_size == 2 and size <= 2
