@@ -165,7 +165,7 @@ def estimate(args: argparse.Namespace) -> float:
     if args.growth:
         seconds += engines * (args.growth_rows * ESTIMATE["fill_row"] +
                               2 * args.jobs * ESTIMATE["sweep_job"])
-    seconds += engines * len(process_counts(args)) * ESTIMATE["process_run"]
+    seconds += engines * len(process_counts(args)) * args.process_rounds * ESTIMATE["process_run"]
     seconds += args.pickup * (engines + 2 * pg * (not args.skip_peers)) * ESTIMATE["pickup_run"]
     seconds += pg * args.io * args.rounds * args.io_jobs * 3 / 4000  # ~4,000 jobs/s each
     return float(seconds)
@@ -487,7 +487,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         with section(f"processes on {engine}"):
             try:
                 out["processes"][engine] = bench.processes_sweep(
-                    urls[engine], process_counts(args), args.process_jobs)
+                    urls[engine], process_counts(args), args.process_jobs,
+                    rounds=args.process_rounds, pool_size=args.process_pool_size)
             except Exception as exc:  # noqa: BLE001 - report it as not run, go on
                 out["notes"].append(f"processes on {engine} not run: "
                                     f"{type(exc).__name__}: {exc}")
@@ -633,10 +634,8 @@ def verdict(r: dict[str, Any]) -> str:
 
 
 def bound_sentence(engine: str, rows: list[dict[str, Any]]) -> str:
-    """What bounded the worker processes on ``engine``, stated from the samples of its run
-    with the most processes (the rule: a machine >= 85% busy is CPU-bound, by whichever
-    of the workers and the server used more; else lock waits, then WAL/commit waits, else
-    round trips)."""
+    """What bounded the worker processes on ``engine`` at its largest process count
+    (:func:`portq.bench.process_bound`'s rule), and how far that count is from the best."""
     if not rows:
         return f"{engine}: no process runs."
     r = max(rows, key=lambda x: x["processes"])
@@ -645,36 +644,14 @@ def bound_sentence(engine: str, rows: list[dict[str, Any]]) -> str:
     split = f"the worker processes used {w:.0f}% of a core"
     split += f" and the server {d:.0f}%" if d is not None else " (SQLite runs inside them)"
     busy = f"{m:.0f}% of the {r['cores']} cores busy" if m is not None else "machine load unknown"
-    head = (f"**{engine}**: {r['jobs_per_s']:,.0f} jobs/s with {r['processes']} processes "
-            f"(best {best['jobs_per_s']:,.0f} with {best['processes']}); at "
-            f"{r['processes']} {split}, {busy}")
-    waits = r.get("pg_wait_samples") or {}
-    total = sum(waits.values())
-    counters = r.get("server_counters") or {}
-    if m is not None and m >= 85:
-        who = "Python CPU in the worker processes" if d is None or w >= d else \
-            "the database server's CPU"
-        why = f"the machine's CPU is saturated and {who} takes the larger share"
-    elif total and waits.get("Lock", 0) / total >= 0.25:
-        why = (f"lock contention: {waits['Lock'] / total:.0%} of the sampled active "
-               "backends waited on a heavyweight lock")
-    elif total and (waits.get("LWLock", 0) + waits.get("IO", 0)) / total >= 0.5:
-        why = (f"commits: {(waits.get('LWLock', 0) + waits.get('IO', 0)) / total:.0%} of the "
-               "sampled active backends waited on LWLock/IO (WAL), at "
-               f"{r['commits_per_s'] or 0:,.0f} commits/s")
-    elif counters.get("row_lock_waits", 0) > 0.01 * max(1.0, counters.get("commits", 0)):
-        why = (f"row-lock contention: {counters['row_lock_waits']:,.0f} InnoDB row-lock "
-               f"waits ({counters.get('row_lock_ms', 0):,.0f} ms) in the run")
-    elif engine == "sqlite" and r["retries"]:
-        why = f"the single write lock: {r['retries']:,} busy retries in the run"
-    elif engine == "sqlite":
-        why = ("neither CPU is saturated, so the processes wait; on SQLite that is its one "
-               "write lock (waits inside sqlite3's busy timeout are not counted; 0 retries "
-               "after one)")
-    else:
-        why = ("neither CPU is saturated and no lock wait stands out, so round trips "
-               "(claim and commit latency) per batch bound it")
-    return f"{head}: {why}."
+    per = r.get("commits_per_1000_jobs")
+    commits = f", {per:,.0f} commits per 1,000 jobs" if per is not None else ""
+    conns = r.get("peak_connections")
+    held = f", at most {conns} connections at once" if conns is not None else ""
+    return (f"**{engine}**: {r['jobs_per_s']:,.0f} jobs/s with {r['processes']} processes, "
+            f"{r['jobs_per_s'] / best['jobs_per_s']:.0%} of the best ({best['jobs_per_s']:,.0f} "
+            f"with {best['processes']}); at {r['processes']} {split}, {busy}{commits}{held}; "
+            f"bound: {', '.join(r.get('bounds') or [bench.process_bound(r)])}.")
 
 
 def write_doc(res: dict[str, Any], images: list[str]) -> None:
@@ -877,41 +854,59 @@ def processes_section(res: dict[str, Any]) -> list[str]:
              "(enough that a run lasts >= 2 s). The processes connect, then wait on a "
              "barrier; the clock runs from the barrier's release to the last job's "
              "`finished_at` (the database's clock), so interpreter start-up and the burst "
-             "workers' last idle poll are excluded. CPU is % of one core over that window: "
+             "workers' last idle poll are excluded. The counts run in interleaved rounds "
+             "(every other round in reverse order); jobs/s is the median, with every round's "
+             "rate and the 1-minute load average at its start; the other columns are the "
+             "median run's. CPU is % of one core over that window: "
              "the workers' own CPU time, the database server's processes (every `postgres` "
              "or `mariadbd` process, so other clients of the shared server count too) from "
-             "/proc, and the machine's busy share of all cores. Commits/s: PostgreSQL "
-             "`pg_stat_database.xact_commit` of the benchmark database; MariaDB's global "
-             "`Handler_commit`. Waits: PostgreSQL active backends of the benchmark database "
-             "by `wait_event_type`, sampled every "
-             f"{bench.SAMPLE_S * 1000:.0f} ms; MariaDB InnoDB row-lock waits; SQLite busy "
-             "retries counted by the backend.", "",
-             "| engine | processes | jobs | s | jobs/s | worker CPU % | server CPU % "
-             "| machine busy % | commits/s | waits / lock waits / retries |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "/proc, and the machine's busy share of all cores. Commits: PostgreSQL "
+             "`pg_stat_database.xact_commit` of the benchmark database (read-only "
+             "transactions count too); MariaDB's global `Handler_commit`. Connections: the "
+             "most seen at once on the benchmark database (PostgreSQL `pg_stat_activity`, "
+             "MariaDB's process list, sampled every "
+             f"{bench.SAMPLE_S * 1000:.0f} ms), LISTEN connections included. Empty claims: "
+             "claims that found no job. Waits: PostgreSQL active backends of the benchmark "
+             "database by `wait_event_type`; MariaDB InnoDB row-lock waits; SQLite busy "
+             "retries counted by the backend. Bound: each round's, by the rule below.", "",
+             "| engine | processes | jobs/s (median) | rounds (load) | worker CPU % "
+             "| server CPU % | machine busy % | commits per 1,000 jobs | connections "
+             "| empty claims | waits / lock waits / retries | bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for engine, rows in procs.items():
         for r in rows:
-            waits = r.get("pg_wait_samples")
-            counters = r.get("server_counters") or {}
-            if waits:
-                wait = ", ".join(f"{k} {v}" for k, v in sorted(waits.items()))
-            elif "row_lock_waits" in counters:
-                wait = f"{counters['row_lock_waits']:,.0f} row-lock waits"
-            else:
-                wait = f"{r['retries']} retries"
-            lines.append(
-                f"| {engine} | {r['processes']} | {r['jobs']:,} | {r['seconds']} | "
-                f"{r['jobs_per_s']:,.0f} | {r['worker_cpu_pct']} | "
-                f"{r['server_cpu_pct'] if r['server_cpu_pct'] is not None else '-'} | "
-                f"{r['machine_busy_pct'] if r['machine_busy_pct'] is not None else '-'} | "
-                f"{r['commits_per_s'] if r['commits_per_s'] is not None else '-'} | {wait} |")
-    lines += ["", "What bounds them, per engine (generated from the samples above, at the "
-              "largest process count; the rule: a machine >= 85% busy is CPU-bound by "
-              "whichever of the workers and the server used more CPU, else heavyweight-lock "
-              "waits >= 25% of the samples, else LWLock/IO (WAL) waits >= 50%, else "
-              "row-lock waits or busy retries, else round trips):", ""]
+            lines.append(_process_row(engine, r))
+    lines += ["", "What bounds them, per engine, at the largest process count (the rule: a "
+              "machine >= 85% busy is CPU-bound by whichever of the workers and the server "
+              "used more CPU, else heavyweight-lock waits >= 25% of the samples, else "
+              "LWLock/IO (WAL) waits >= 50%, else row-lock waits or busy retries, else round "
+              "trips):", ""]
     lines += [f"- {bound_sentence(engine, rows)}" for engine, rows in procs.items()]
     return lines
+
+
+def _process_row(engine: str, r: dict[str, Any]) -> str:
+    """One row of the worker-process table."""
+    waits = r.get("pg_wait_samples")
+    counters = r.get("server_counters") or {}
+    if waits:
+        wait = ", ".join(f"{k} {v}" for k, v in sorted(waits.items()))
+    elif "row_lock_waits" in counters:
+        wait = f"{counters['row_lock_waits']:,.0f} row-lock waits"
+    else:
+        wait = f"{r['retries']} retries"
+    runs = r.get("runs") or [r["jobs_per_s"]]
+    loads = r.get("loads") or [None] * len(runs)
+    rounds = ", ".join(f"{x:,.0f}" + (f" ({lo:.1f})" if lo is not None else "")
+                       for x, lo in zip(runs, loads, strict=True))
+
+    def cell(key: str) -> str:
+        value = r.get(key)
+        return "-" if value is None else f"{value}"
+    return (f"| {engine} | {r['processes']} | {r['jobs_per_s']:,.0f} | {rounds} | "
+            f"{r['worker_cpu_pct']} | {cell('server_cpu_pct')} | {cell('machine_busy_pct')} | "
+            f"{cell('commits_per_1000_jobs')} | {cell('peak_connections')} | "
+            f"{cell('empty_claims')} | {wait} | {', '.join(r.get('bounds') or [])} |")
 
 
 LIMITS_TEXT = """\
@@ -1078,6 +1073,11 @@ def main() -> int:
                              f"(default {GROWTH_READY:,})")
     parser.add_argument("--processes", default=PROCESSES,
                         help=f"worker-process counts (default {PROCESSES}; '': none)")
+    parser.add_argument("--process-rounds", type=int, default=3,
+                        help="interleaved rounds of the process sweep (median reported)")
+    parser.add_argument("--process-pool-size", type=int, default=None,
+                        help="each worker process's connect(pool_size=...): bounds its "
+                             "connections (default: the worker sizes its pool)")
     parser.add_argument("--process-jobs", type=int, default=20_000,
                         help="jobs per process run, raised until a run lasts >= 2 s")
     parser.add_argument("--results", type=Path, default=RESULTS,

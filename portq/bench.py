@@ -818,16 +818,27 @@ class _RetryCounter(logging.Handler):
             self.count += 1
 
 
-def _process_worker(url: str, name: str, start: Any, results: Any) -> None:
+def _process_worker(url: str, name: str, start: Any, results: Any,
+                    pool_size: int | None = None) -> None:
     """One worker process: a sync Worker with its default options (``burst``), started
-    when every process is ready (``start``, a barrier), its figures put on ``results``."""
+    when every process is ready (``start``, a barrier), its figures put on ``results``
+    (with its claims that found no job); ``pool_size`` bounds its connections."""
     retries = _RetryCounter()
     backend_log = logging.getLogger("portq.backend")
     backend_log.addHandler(retries)
     backend_log.setLevel(logging.DEBUG)
     backend_log.propagate = False
-    with portq.connect(url, prefix=BENCH_PREFIX) as queue:
+    sized = {} if pool_size is None else {"pool_size": pool_size}
+    with portq.connect(url, prefix=BENCH_PREFIX, **sized) as queue:
         queue.stats(name)  # connected before the clock starts
+        empty = [0]
+        claim = queue.claim
+
+        def counted(*args: Any, **kwargs: Any) -> list[Job]:
+            jobs = claim(*args, **kwargs)
+            empty[0] += not jobs
+            return jobs
+        queue.claim = counted  # type: ignore[method-assign]
         worker = Worker(queue, name, _noop, burst=True)
         start.wait()
         cpu, began = time.process_time(), time.time()
@@ -835,7 +846,8 @@ def _process_worker(url: str, name: str, start: Any, results: Any) -> None:
         results.put({"pid": os.getpid(), "succeeded": worker.counters.succeeded,
                      "claims": len(worker.counters.claim_seconds), "began": began,
                      "ended": time.time(), "cpu_s": time.process_time() - cpu,
-                     "retries": retries.count})
+                     "retries": retries.count, "empty_claims": empty[0],
+                     "pool_connections": queue.backend.pool.size})
 
 
 def _server_stats(backend: SqlBackend) -> dict[str, float]:
@@ -882,6 +894,23 @@ def db_clock(backend: SqlBackend, queue: str | None = None) -> float | None:
     return None if value is None else float(value)
 
 
+_CONNECTIONS_SQL = {
+    "postgres": "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()",
+    "mysql": "SELECT count(*) FROM information_schema.PROCESSLIST WHERE DB = DATABASE() "
+             "AND ID <> CONNECTION_ID()",
+}
+
+
+def _connections(backend: SqlBackend) -> int | None:
+    """Connections to the benchmark database but this one (None: not known, SQLite)."""
+    sql = _CONNECTIONS_SQL.get(backend.engine)
+    if sql is None:
+        return None
+    return int(backend.run("bench.connections",
+                           lambda c: backend.execute(c, sql).fetchone()[0], write=False))
+
+
 def _pg_waits(backend: SqlBackend) -> list[tuple[str, int]]:
     """(wait_event_type or 'CPU', backends) of this database's active backends."""
     sql = ("SELECT coalesce(wait_event_type, 'CPU'), count(*) FROM pg_stat_activity "
@@ -892,14 +921,16 @@ def _pg_waits(backend: SqlBackend) -> list[tuple[str, int]]:
     return [(str(k), int(n)) for k, n in rows]
 
 
-def processes_run(url: str, jobs: int, processes: int) -> dict[str, Any]:
+def processes_run(url: str, jobs: int, processes: int,
+                  pool_size: int | None = None) -> dict[str, Any]:
     """Claim + complete ``jobs`` no-op jobs with ``processes`` worker processes (spawned,
     each one sync Worker with its default options), timed from the moment all are ready
     (a barrier) to the last job's completion (the jobs' ``finished_at``, on the
     database's clock), interpreter start-up excluded. Meanwhile it samples
     the CPU of the worker processes and of the database server's processes (/proc), the
     machine's busy share, the server's commit and lock counters and, on PostgreSQL, what
-    this database's active backends wait on."""
+    this database's active backends wait on. ``pool_size``: each worker's
+    ``portq.connect(url, pool_size=...)`` (None: the worker sizes its pool)."""
     import multiprocessing
     ctx = multiprocessing.get_context("spawn")
     with portq.connect(url, prefix=BENCH_PREFIX, pool_size=4) as queue:
@@ -909,12 +940,15 @@ def processes_run(url: str, jobs: int, processes: int) -> dict[str, Any]:
         name = f"bench-proc-{uuid.uuid4().hex[:8]}"
         bulk_enqueue(queue, name, jobs)
         start, results = ctx.Barrier(processes + 1), ctx.Queue()
-        procs = [ctx.Process(target=_process_worker, args=(url, name, start, results),
-                             daemon=True) for _ in range(processes)]
+        procs = [ctx.Process(target=_process_worker, daemon=True,
+                             args=(url, name, start, results, pool_size))
+                 for _ in range(processes)]
         for p in procs:
             p.start()
         try:
-            return _time_processes(backend, procs, start, results, jobs, name)
+            row = _time_processes(backend, procs, start, results, jobs, name)
+            row["pool_size"] = pool_size
+            return row
         finally:
             for p in procs:
                 p.join(30)
@@ -939,6 +973,8 @@ def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: 
             server[pid] = [cpu, cpu]
     waits: dict[str, int] = {}
     rows: list[dict[str, Any]] = []
+    ours = backend.pool.size  # this process's connections, counted out of the peak
+    peak = 0
     while len(rows) < processes:
         try:
             rows.append(results.get(timeout=SAMPLE_S))
@@ -952,6 +988,7 @@ def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: 
         if backend.engine == "postgres":
             for kind, n in _pg_waits(backend):
                 waits[kind] = waits.get(kind, 0) + n
+        peak = max(peak, _connections(backend) or 0)
     ended = max((r["ended"] for r in rows), default=time.time())
     busy1, stats1 = _machine_busy(), _server_stats(backend)
     last = db_clock(backend, name)
@@ -978,33 +1015,82 @@ def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: 
         "machine_busy_pct": round(100 * (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]), 1)
         if busy0 and busy1 and busy1[1] > busy0[1] else None,
         "claims": sum(r["claims"] for r in rows),
+        "empty_claims": sum(r["empty_claims"] for r in rows),
         "retries": sum(r["retries"] for r in rows),
+        # the most connections seen at once (every 250 ms sample) and what each worker's
+        # pool held when it ended; PostgreSQL's LISTEN connection is outside the pool
+        "peak_connections": max(0, peak - (ours - 1)) if backend.engine in _CONNECTIONS_SQL
+        else None,
+        "pool_connections": sum(r["pool_connections"] for r in rows),
+        "commits_per_1000_jobs": round(1000 * delta["commits"] / done, 1)
+        if "commits" in delta and done else None,
         "commits_per_s": round(delta["commits"] / elapsed, 1)
         if "commits" in delta and elapsed > 0 else None,
         "server_counters": {k: round(v, 1) for k, v in delta.items()},
         "pg_wait_samples": waits or None}
 
 
-def processes_sweep(url: str, counts: Sequence[int], jobs: int, *,
-              min_seconds: float = 2.0) -> list[dict[str, Any]]:
-    """:func:`processes_run` for each process count; a run shorter than ``min_seconds``
-    is run again with proportionally more jobs (the longer run is reported)."""
-    out = []
+def processes_sweep(url: str, counts: Sequence[int], jobs: int, *, rounds: int = 1,
+                    min_seconds: float = 2.0, pool_size: int | None = None
+                    ) -> list[dict[str, Any]]:
+    """:func:`processes_run` for each process count, ``rounds`` times, interleaved (every
+    other round in reverse order, so that a change of the machine's load falls on all
+    counts); a count whose first run is shorter than ``min_seconds`` is run again with
+    proportionally more jobs, and that many jobs are used for its later rounds. One row per
+    count: the run with the median rate, with every round's rate (``runs``), the 1-minute
+    load average at the start of each (``loads``) and each run's bound (``bounds``)."""
+    by_count: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    sized: dict[int, int] = {}
     with portq.connect(url, prefix=BENCH_PREFIX) as queue:
         drop_tables(queue.backend)
     try:
-        for n in counts:
-            row = processes_run(url, jobs, n)
-            for _ in range(2):
-                if not 0 < row["seconds"] < min_seconds:
-                    break
-                more = math.ceil(row["jobs"] * 1.5 * min_seconds / row["seconds"])
-                row = processes_run(url, more, n)
-            out.append(row)
+        for r in range(rounds):
+            for n in counts if r % 2 == 0 else list(reversed(counts)):
+                load = os.getloadavg()[0]
+                row = processes_run(url, sized.get(n, jobs), n, pool_size)
+                for _ in range(2 if n not in sized else 0):
+                    if not 0 < row["seconds"] < min_seconds:
+                        break
+                    more = math.ceil(row["jobs"] * 1.5 * min_seconds / row["seconds"])
+                    row = processes_run(url, more, n, pool_size)
+                sized[n] = row["jobs"]
+                row.update(load=round(load, 2), bound=process_bound(row))
+                by_count[n].append(row)
     finally:
         with portq.connect(url, prefix=BENCH_PREFIX) as queue:
             drop_tables(queue.backend)
+    out = []
+    for n in counts:
+        runs = by_count[n]
+        rates = [x["jobs_per_s"] for x in runs]
+        row = dict(sorted(runs, key=lambda x: x["jobs_per_s"])[(len(runs) - 1) // 2])
+        row.update(runs=rates, loads=[x["load"] for x in runs],
+                   bounds=[x["bound"] for x in runs], jobs_per_s=statistics.median(rates))
+        out.append(row)
     return out
+
+
+def process_bound(r: dict[str, Any]) -> str:
+    """What bounded one :func:`processes_run`, from its samples, in a few words (the rule:
+    a machine >= 85% busy is CPU-bound, by whichever of the workers and the server used
+    more; else heavyweight-lock waits >= 25% of the PostgreSQL samples, else LWLock/IO
+    (WAL) waits >= 50%, else InnoDB row-lock waits or SQLite busy retries, else round
+    trips)."""
+    w, d, m = r["worker_cpu_pct"], r["server_cpu_pct"], r["machine_busy_pct"]
+    waits = r.get("pg_wait_samples") or {}
+    total = sum(waits.values())
+    counters = r.get("server_counters") or {}
+    if m is not None and m >= 85:
+        return "CPU (workers)" if d is None or w >= d else "CPU (server)"
+    if total and waits.get("Lock", 0) / total >= 0.25:
+        return "lock waits"
+    if total and (waits.get("LWLock", 0) + waits.get("IO", 0)) / total >= 0.5:
+        return "WAL/commit waits"
+    if counters.get("row_lock_waits", 0) > 0.01 * max(1.0, counters.get("commits", 0)):
+        return "row-lock waits"
+    if r["engine"] == "sqlite":
+        return "write lock"
+    return "round trips"
 
 
 def machine() -> dict[str, Any]:

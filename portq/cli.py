@@ -119,7 +119,8 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> portq.Queue:
     """The command's queue. Only ``create`` (``portq migrate``) may create a SQLite file:
     every other command on a mistyped path says so instead of leaving an empty file."""
     url = _url(args)
-    queue = portq.connect(url, prefix=args.prefix)   # checks the URL's options first
+    sized = {"pool_size": args.pool_size} if getattr(args, "pool_size", None) else {}
+    queue = portq.connect(url, prefix=args.prefix, **sized)  # checks the URL's options first
     if not create:
         try:
             refuse_missing_sqlite_file(url)
@@ -930,6 +931,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claimers", type=_positive, default=None,
                    help="deprecated: fixes the number of claim loops (default: up to 4 "
                         "while jobs are shorter than a claim's round trip, else 1)")
+    p.add_argument("--pool-size", type=_positive, default=None,
+                   help="most pooled database connections of this worker process (+1 for "
+                        "PostgreSQL's LISTEN); its threads take turns on them (default: "
+                        "concurrency + 3 + 2 x claim loops, 15 with the defaults)")
     p.add_argument("--burst", action="store_true",
                    help="exit 0 once nothing is left: no job of the queues is ready and "
                         "due, none is running (another worker's too: a crashed worker's "

@@ -57,7 +57,8 @@ _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 def connect(url: str, **options: Any) -> Queue:
     """Open a :class:`Queue` on the database named by ``url``.
 
-    Options: ``prefix`` (table prefix, default ``portq_``), ``pool_size``,
+    Options: ``prefix`` (table prefix, default ``portq_``), ``pool_size`` (most
+    connections this queue opens; given, it also bounds a worker's, see ``portq.pool``),
     ``max_payload_bytes`` (default 1 MiB), ``max_result_bytes`` (largest stored result,
     default 1 MiB), ``max_attempts`` (default 25),
     ``backoff`` (a :class:`portq.Backoff`), and engine options such as SQLite's
@@ -66,7 +67,9 @@ def connect(url: str, **options: Any) -> Queue:
     queue_opts = {k: options.pop(k) for k in ("max_payload_bytes", "max_result_bytes",
                                                      "max_attempts", "backoff")
                   if k in options}
-    return Queue(backend_for(parse_url(url), **options), **queue_opts)
+    backend = backend_for(parse_url(url), **options)
+    backend.pool.bounded = "pool_size" in options
+    return Queue(backend, **queue_opts)
 
 
 def validate_queue(name: str) -> str:

@@ -170,10 +170,11 @@ class WorkerFront:
         s = self.settings
         self.log.info(
             "worker.started worker=%s engine=%s url=%s queues=%s concurrency=%d lease=%gs "
-            "prefetch=%s claim_loops=%d job_timeout=%s new_jobs=%s%s", self.worker_id,
+            "prefetch=%s claim_loops=%d pool=%d job_timeout=%s new_jobs=%s%s", self.worker_id,
             self.runtime.queue.backend.engine, self.runtime.queue.url, ",".join(self.queues),
             s.concurrency, s.lease, f"auto<={s.prefetch}" if s.auto_lookahead else s.prefetch,
-            s.claimers, "none" if s.job_timeout is None else f"{s.job_timeout:g}s",
+            s.claimers, self.runtime.queue.backend.pool.max_size,
+            "none" if s.job_timeout is None else f"{s.job_timeout:g}s",
             listen_mode(self.runtime.queue.backend, s.options.listen), self._kind)
 
     def _log_stopped(self) -> None:
