@@ -157,3 +157,16 @@ ALTER TABLE portq_job
     ADD COLUMN progress_note text CONSTRAINT portq_job_progress_note_ck
         CHECK (char_length(progress_note) <= 200),
     ADD COLUMN progress_at timestamptz;
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn; fair_after:
+-- the key served last (NULL: the turn of the unkeyed jobs came last, a round starts at the
+-- smallest key). A fair claim locks the queue's row, reads the cursor, and walks this
+-- index: the next key after the cursor (one seek), then that key's first job in claim
+-- order (one seek). Ready rows only: a claim's UPDATE adds no entry to it.
+ALTER TABLE portq_queue
+    ADD COLUMN fair       boolean NOT NULL DEFAULT false,
+    ADD COLUMN fair_after text;
+CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
+    WHERE state = 'ready';

@@ -147,3 +147,15 @@ ALTER TABLE portq_job ADD COLUMN meta TEXT
 ALTER TABLE portq_job ADD COLUMN progress REAL CHECK (progress >= 0 AND progress <= 1);
 ALTER TABLE portq_job ADD COLUMN progress_note TEXT CHECK (length(progress_note) <= 200);
 ALTER TABLE portq_job ADD COLUMN progress_at INTEGER;
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn;
+-- fair_after: the key served last (NULL: the unkeyed jobs' turn came last, a round starts
+-- at the smallest key). A fair claim (holding the write lock) reads the cursor and walks
+-- this partial index: the next key after the cursor (one seek), then that key's first job
+-- in claim order (one seek).
+ALTER TABLE portq_queue ADD COLUMN fair INTEGER NOT NULL DEFAULT 0 CHECK (fair IN (0, 1));
+ALTER TABLE portq_queue ADD COLUMN fair_after TEXT;
+CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
+    WHERE state = 'ready';

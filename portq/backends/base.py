@@ -46,6 +46,7 @@ from portq.job import (
     WorkerActivity,
     WorkerInfo,
 )
+from portq.backends.fair import fair_rows
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, Capabilities, NewJob, ServerIdentity
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix
@@ -696,11 +697,16 @@ class SqlBackend(Backend):
         if start_by is not None:
             start_by.clear()  # a retried transaction reads the clock again
         row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
-        max_running, rate_limit, period_ms, rate_log = row if row is not None else (None,) * 4
-        if max_running is None and rate_limit is None:
+        max_running, rate_limit, period_ms, rate_log, fair, after = \
+            row if row is not None else (None,) * 6
+
+        def claim(cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+            if fair:  # round-robin across keys: portq/backends/fair.py
+                return fair_rows(self, cur, params, after)
+            return self.claim_rows(cur, params)
+        if max_running is None and rate_limit is None and not fair:
             self._unlimited_until[queue] = time.monotonic() + LIMIT_RECHECK_S
-            return self.settle_keys(cur, params, self.claim_rows(cur, params),
-                                    locked=row is not None)
+            return self.settle_keys(cur, params, claim(cur, params), locked=row is not None)
         self._unlimited_until.pop(queue, None)
         want = int(params["limit"])
         if max_running is not None:
@@ -716,8 +722,7 @@ class SqlBackend(Backend):
             want = min(want, window.allowed)
         if want <= 0:
             return []
-        rows = self.settle_keys(cur, params, self.claim_rows(cur, {**params, "limit": want}),
-                                locked=True)
+        rows = self.settle_keys(cur, params, claim(cur, {**params, "limit": want}), locked=True)
         if window is not None and rows:
             self.execute(cur, "set_rate_log",
                          {"queue": queue, "rate_log": window.log_after(len(rows))})
@@ -770,9 +775,12 @@ class SqlBackend(Backend):
                                     "period_ms": period_ms}))
         self._unlimited_until.pop(queue, None)
 
-    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
-        """Claim in the open transaction; rows are CLAIM_COLUMNS. Default: one statement."""
-        return list(self.execute(cur, "claim", params).fetchall())
+    def claim_rows(self, cur: Any, params: dict[str, Any], name: str = "claim"
+                   ) -> list[Sequence[Any]]:
+        """Claim in the open transaction with statement ``name`` (``claim``, or a fair
+        claim's ``claim_key`` / ``claim_unkeyed``); rows are CLAIM_COLUMNS. Default: one
+        statement."""
+        return list(self.execute(cur, name, params).fetchall())
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
     #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
@@ -1222,6 +1230,13 @@ class SqlBackend(Backend):
 
     def close(self) -> None:
         self.pool.close()
+
+    # ---- fair sharing across keys (migration 13; the claim: portq/backends/fair.py) -----
+
+    def set_fairness(self, queue: str, fair: bool) -> None:
+        self.run("set_fairness", lambda cur: self.execute(
+            cur, "set_fairness", {"queue": queue, "fair": int(fair)}))
+        self._unlimited_until.pop(queue, None)
 
 
 class _MissingSchema(Exception):
