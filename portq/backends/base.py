@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
+from portq.backends.fair import fair_rows
 from portq.errors import (
     CannotConnect,
     ConfigurationError,
@@ -46,7 +47,6 @@ from portq.job import (
     WorkerActivity,
     WorkerInfo,
 )
-from portq.backends.fair import fair_rows
 from portq.pool import Pool, close_quietly
 from portq.protocol import Backend, Capabilities, NewJob, ServerIdentity
 from portq.sql import ParamStyle, bind, load_migrations, load_queries, validate_prefix

@@ -77,7 +77,7 @@ def test_fairness_off_claims_in_plain_order(queue: portq.Queue, qname: str) -> N
     """``set_fairness(q, False)`` restores priority, run_at, id order (a burst first)."""
     queue.set_fairness(qname, True)
     queue.set_fairness(qname, False)
-    big, small = burst_and_small_keys(queue, qname, 20, 1)
+    big, _ = burst_and_small_keys(queue, qname, 20, 1)
     assert [j.id for j in queue.claim(qname, "w", limit=20)] == big
 
 
@@ -86,7 +86,7 @@ def test_concurrent_fair_claimers_share_the_rounds(engine_url: str, queue: portq
     """Six claimers on their own connections: every job claimed once, and the small keys'
     jobs all within the first rounds (claimers take turns on the queue's row)."""
     queue.set_fairness(qname, True)
-    big, small = burst_and_small_keys(queue, qname, 300, 3)
+    _, small = burst_and_small_keys(queue, qname, 300, 3)
     got: list[int] = []
 
     def claim(q: portq.Queue, i: int) -> None:
