@@ -4,10 +4,15 @@ delays another key's jobs by one round at most; switched off, claims follow plai
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 import portq
-from portq.conformance.helpers import on_own_connections
+from portq.aio import AsyncQueue
+from portq.conformance.helpers import on_own_connections, quiet_worker, running, wait_until
+from portq.job import Job
 
 SMALL_KEYS = [f"tenant-{i:02d}" for i in range(10)]
 
@@ -95,6 +100,24 @@ def test_concurrent_fair_claimers_share_the_rounds(engine_url: str, queue: portq
     on_own_connections(engine_url, 6, claim)
     assert len(got) == len(set(got)) == 36
     assert set(small) <= set(got)
+
+
+@pytest.mark.parametrize("worker_front", ["Worker", "AsyncWorker"], indirect=True)
+def test_a_worker_starts_the_small_keys_jobs_in_the_first_rounds(queue: portq.Queue,
+                                                                 qname: str) -> None:
+    """A worker of one slot (each front; fairness set through AsyncQueue) behind a burst of
+    300: the small keys' 30 jobs all start among the first 33 (three rounds of 11 keys)."""
+    asyncio.run(AsyncQueue(queue).set_fairness(qname, True))
+    _, small = burst_and_small_keys(queue, qname, 300, 3)
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        with lock:
+            started.append(job.id)
+    with running(quiet_worker(queue, qname, handler, concurrency=1)):
+        assert wait_until(lambda: set(small) <= set(started), timeout=60)
+    assert max(started.index(i) for i in small) < 33, started[:40]
 
 
 def test_bad_fairness_is_refused(queue: portq.Queue, qname: str) -> None:
