@@ -69,7 +69,10 @@ def explain(q: portq.Queue, name: str) -> list[str]:
             f"AND concurrency_key > 'big' ORDER BY concurrency_key LIMIT 1",
             f"SELECT job_id FROM {table} WHERE queue = '{name}' AND state = 'ready' AND "
             f"concurrency_key = 'tenant-03' AND attempts < max_attempts ORDER BY priority "
-            f"DESC, run_at, job_id LIMIT 1 {lock}"]
+            f"DESC, run_at, job_id LIMIT 1 {lock}",
+            # the plain claim's walk, for comparison (MariaDB: still portq_job_ready_idx)
+            f"SELECT job_id FROM {table} WHERE queue = 'plain' AND state = 'ready' AND "
+            f"attempts < max_attempts ORDER BY priority DESC, run_at, job_id LIMIT 1 {lock}"]
     lines = []
     conn = backend.pool.acquire()
     try:
@@ -115,14 +118,79 @@ def run(url: str, burst: int, rounds: int) -> None:
         q.close()
 
 
+#: migration 13's index undone, for the plain claim's cost without it
+UNDO_INDEX = {
+    "postgres": f"DROP INDEX {PREFIX}job_fair_idx",
+    "sqlite": f"DROP INDEX {PREFIX}job_fair_idx",
+    "mysql": f"ALTER TABLE {PREFIX}job DROP INDEX {PREFIX}job_ckey_idx, "
+             f"ADD INDEX {PREFIX}job_ckey_idx (queue, concurrency_key, state)",
+}
+
+
+def plain_pass(url: str, with_index: bool, jobs: int) -> tuple[float, float]:
+    """Fresh tables (with or without migration 13's index): enqueue ``jobs`` unkeyed jobs
+    (enqueue_many, 500 a call), then claim 20 and complete them until none is left, on one
+    thread; (enqueue jobs/s, claim + complete jobs/s)."""
+    q = portq.connect(url, prefix=PREFIX)
+    try:
+        q.migrate()
+        backend: Any = q.backend
+        if not with_index:
+            backend.run("undo", lambda cur: cur.execute(UNDO_INDEX[backend.engine]),
+                        retry=False)
+        t = time.perf_counter()
+        for start in range(0, jobs, 500):
+            q.enqueue_many([{"queue": "plain", "payload": i} for i in range(start, start + 500)])
+        enq = jobs / (time.perf_counter() - t)
+        t = time.perf_counter()
+        done = 0
+        while got := q.claim("plain", "bench", limit=20):
+            q.complete_many(got)
+            done += len(got)
+        assert done == jobs
+        return enq, jobs / (time.perf_counter() - t)
+    finally:
+        q.backend.drop_schema()  # type: ignore[attr-defined]
+        q.close()
+
+
+def index_cost(url: str, rounds: int, jobs: int) -> None:
+    """Interleaved rounds of :func:`plain_pass` with and without the index (the order
+    alternating by round); medians, spreads and the load average."""
+    res: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    load = [os.getloadavg()[0]]
+    for r in range(rounds):
+        for variant in ((True, False) if r % 2 else (False, True)):
+            res[variant].append(plain_pass(url, variant, jobs))
+    load.append(os.getloadavg()[0])
+    print(f"## plain queue, {jobs} jobs, {rounds} rounds, {url.split('@')[-1]}, load "
+          f"{load[0]:.1f} -> {load[1]:.1f}")
+    for variant in (False, True):
+        enq = sorted(e for e, _ in res[variant])
+        thr = sorted(c for _, c in res[variant])
+        print(f"{'with' if variant else 'without'} migration 13's index: enqueue "
+              f"{statistics.median(enq):.0f}/s ({enq[0]:.0f}-{enq[-1]:.0f}), claim+complete "
+              f"{statistics.median(thr):.0f}/s ({thr[0]:.0f}-{thr[-1]:.0f})")
+    for i, what in ((0, "enqueue"), (1, "claim+complete")):
+        ratios = sorted(w[i] / wo[i] for w, wo in zip(res[True], res[False], strict=True))
+        print(f"{what}: with/without, per round: median {statistics.median(ratios):.3f} "
+              f"({ratios[0]:.3f}-{ratios[-1]:.3f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("urls", nargs="+")
     ap.add_argument("--burst", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--index-cost", type=int, default=0, metavar="JOBS",
+                    help="instead: a plain queue's enqueue and claim+complete rate with and "
+                         "without migration 13's index, JOBS jobs per pass")
     args = ap.parse_args()
     for url in args.urls:
-        run(url, args.burst, args.rounds)
+        if args.index_cost:
+            index_cost(url, args.rounds, args.index_cost)
+        else:
+            run(url, args.burst, args.rounds)
 
 
 if __name__ == "__main__":

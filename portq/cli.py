@@ -300,7 +300,7 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "succeeded", "dead", "cancelled",
                  "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
-                 "paused", "running_limit", "rate_limit"]
+                 "paused", "running_limit", "rate_limit", "fair"]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

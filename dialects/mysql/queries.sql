@@ -487,8 +487,9 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
@@ -639,7 +640,7 @@ WHERE queue = :queue AND state = 'ready' AND concurrency_key = :concurrency_key
   AND (SELECT COUNT(*) FROM portq_job AS r
        WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
          AND r.state = 'running') < concurrency_limit
-ORDER BY priority DESC, run_at, job_id
+ORDER BY concurrency_key, priority DESC, run_at, job_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 
@@ -660,11 +661,13 @@ ORDER BY priority DESC, run_at, job_id;
 -- name: claim_unkeyed
 -- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
 -- concurrency_key IS NULL, walking portq_job_ckey_idx (queue, 'ready', NULL) in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
 SELECT job_id FROM portq_job
 WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NULL
   AND run_at <= UTC_TIMESTAMP(6) AND attempts < max_attempts
   AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
-ORDER BY priority DESC, run_at, job_id
+ORDER BY concurrency_key, priority DESC, run_at, job_id
 LIMIT :limit
 FOR UPDATE SKIP LOCKED;
 

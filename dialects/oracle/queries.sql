@@ -457,8 +457,9 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue
 
 -- name: queue_control

@@ -458,9 +458,10 @@ ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDE
 SELECT queue FROM portq_queue WHERE paused ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
 SELECT queue, CASE WHEN paused THEN 1 ELSE 0 END, concurrency_limit, rate_limit,
-       rate_period_ms
+       rate_period_ms, CASE WHEN fair THEN 1 ELSE 0 END
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
@@ -626,7 +627,7 @@ WITH c AS MATERIALIZED (
       AND (SELECT count(*) FROM portq_job AS r
            WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
              AND r.state = 'running') < concurrency_limit
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )
@@ -643,12 +644,14 @@ RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_atte
 -- name: claim_unkeyed
 -- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
 -- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
 WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND concurrency_key IS NULL AND state = 'ready'
       AND run_at <= now() AND attempts < max_attempts
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
 )

@@ -402,8 +402,9 @@ ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = exclude
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
@@ -555,7 +556,7 @@ WHERE job_id IN (
       AND (SELECT count(*) FROM portq_job AS r
            WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
              AND r.state = 'running') < c.concurrency_limit
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
           concurrency_key, concurrency_limit, timeout_ms, run_at, meta;
@@ -563,6 +564,8 @@ RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lea
 -- name: claim_unkeyed
 -- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
 -- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
 UPDATE portq_job
 SET state = 'running', attempts = attempts + 1, worker_id = :worker_id,
     lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000,
@@ -573,7 +576,7 @@ WHERE job_id IN (
     WHERE queue = :queue AND concurrency_key IS NULL AND state = 'ready' AND attempts < max_attempts
       AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
     LIMIT :limit)
 RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
           concurrency_key, concurrency_limit, timeout_ms, run_at, meta;

@@ -536,8 +536,10 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, CAST(paused AS INT), concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, CAST(paused AS INT), concurrency_limit, rate_limit, rate_period_ms,
+       CAST(fair AS INT)
 FROM portq_queue WHERE :queue = N'*' OR queue = :queue;
 
 -- name: queue_control
@@ -721,7 +723,7 @@ WITH c AS (
            WHERE r.queue = :queue AND r.concurrency_key = CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020))
              AND r.state = N'running' AND r.concurrency_key IS NOT NULL)
           < concurrency_limit
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
 )
 UPDATE c
 SET state = N'running',
@@ -740,6 +742,8 @@ OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, ins
 -- name: claim_unkeyed
 -- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
 -- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
 WITH c AS (
     SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
            job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms,
@@ -748,7 +752,7 @@ WITH c AS (
     WHERE queue = :queue AND concurrency_key IS NULL AND state = N'ready'
       AND run_at <= SYSUTCDATETIME() AND attempts < max_attempts
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
-    ORDER BY priority DESC, run_at, job_id
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
 )
 UPDATE c
 SET state = N'running',

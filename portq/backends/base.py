@@ -939,8 +939,8 @@ class SqlBackend(Backend):
                     list(self.execute(cur, "queue_limits", params).fetchall()))
         rows, attempt_rows, limit_rows = self.run("stats", go, write=False)
         limits = {str(q): QueueLimits(bool(p), _int_or_none(c), _int_or_none(r),
-                                      None if ms is None else int(ms) / 1000)
-                  for q, p, c, r, ms in limit_rows}
+                                      None if ms is None else int(ms) / 1000, bool(f))
+                  for q, p, c, r, ms, f in limit_rows}
         attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
         for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now in rows:
@@ -1251,10 +1251,12 @@ class QueueLimits:
     concurrency_limit: int | None = None
     rate_limit: int | None = None
     rate_period_s: float | None = None
+    fair: bool = False
 
     def as_fields(self) -> dict[str, Any]:
         return {"paused": self.paused, "concurrency_limit": self.concurrency_limit,
-                "rate_limit": self.rate_limit, "rate_period_s": self.rate_period_s}
+                "rate_limit": self.rate_limit, "rate_period_s": self.rate_period_s,
+                "fair": self.fair}
 
 
 NO_LIMITS = QueueLimits()

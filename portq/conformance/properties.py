@@ -21,6 +21,7 @@ PROPERTIES = (
         "test_fairness_off_claims_in_plain_order",
         "test_concurrent_fair_claimers_share_the_rounds",
         "test_a_worker_starts_the_small_keys_jobs_in_the_first_rounds",
+        "test_the_cli_sets_and_clears_fairness",
         "test_bad_fairness_is_refused")),
     Property("claim disjointness under concurrency", (
         "test_concurrent_claimers_never_share_a_generation",

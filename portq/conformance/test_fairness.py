@@ -11,7 +11,14 @@ import pytest
 
 import portq
 from portq.aio import AsyncQueue
-from portq.conformance.helpers import on_own_connections, quiet_worker, running, wait_until
+from portq.conformance.helpers import (
+    on_own_connections,
+    quiet_worker,
+    run_portq,
+    running,
+    wait_until,
+)
+from portq.conformance.plugin import TEST_PREFIX
 from portq.job import Job
 
 SMALL_KEYS = [f"tenant-{i:02d}" for i in range(10)]
@@ -118,6 +125,25 @@ def test_a_worker_starts_the_small_keys_jobs_in_the_first_rounds(queue: portq.Qu
     with running(quiet_worker(queue, qname, handler, concurrency=1)):
         assert wait_until(lambda: set(small) <= set(started), timeout=60)
     assert max(started.index(i) for i in small) < 33, started[:40]
+
+
+def test_the_cli_sets_and_clears_fairness(engine_url: str, queue: portq.Queue,
+                                          qname: str) -> None:
+    """``portq limit URL Q --fair`` makes the next claim fair, ``--no-fair`` plain again;
+    ``portq stats`` and ``Queue.stats`` show it; a bad flag value is a one-line error."""
+    big, small = burst_and_small_keys(queue, qname, 20, 1)
+    out = run_portq("limit", engine_url, qname, "--fair", "--prefix", TEST_PREFIX).stdout
+    assert "one job of each concurrency key in turn" in out
+    assert [s.fair for s in queue.stats(qname)] == [True]
+    shown = run_portq("stats", engine_url, "--prefix", TEST_PREFIX, "--queue", qname).stdout
+    assert shown.splitlines()[0].split()[-1] == "fair" and shown.split()[-1] == "yes", shown
+    assert [j.id for j in queue.claim(qname, "w", limit=3)] == [big[0], *small[:2]]
+    run_portq("limit", engine_url, "--prefix", TEST_PREFIX, qname, "--no-fair")
+    assert [j.id for j in queue.claim(qname, "w", limit=3)] == big[1:4]
+    assert [s.fair for s in queue.stats(qname)] == [False]
+    proc = run_portq("limit", engine_url, qname, "--fair=yes", "--prefix", TEST_PREFIX,
+                     check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_bad_fairness_is_refused(queue: portq.Queue, qname: str) -> None:
