@@ -68,8 +68,8 @@ def explain(q: portq.Queue, name: str) -> list[str]:
     sqls = [f"SELECT concurrency_key FROM {table} WHERE queue = '{name}' AND state = 'ready' "
             f"AND concurrency_key > 'big' ORDER BY concurrency_key LIMIT 1",
             f"SELECT job_id FROM {table} WHERE queue = '{name}' AND state = 'ready' AND "
-            f"concurrency_key = 'tenant-03' AND attempts < max_attempts ORDER BY priority "
-            f"DESC, run_at, job_id LIMIT 1 {lock}",
+            f"concurrency_key = 'tenant-03' AND attempts < max_attempts "
+            f"ORDER BY concurrency_key, priority DESC, run_at, job_id LIMIT 1 {lock}",
             # the plain claim's walk, for comparison (MariaDB: still portq_job_ready_idx)
             f"SELECT job_id FROM {table} WHERE queue = 'plain' AND state = 'ready' AND "
             f"attempts < max_attempts ORDER BY priority DESC, run_at, job_id LIMIT 1 {lock}"]
