@@ -375,8 +375,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_limit(args: argparse.Namespace) -> int:
-    """``portq limit URL QUEUE [--running N|none] [--rate N/PERIOD|none]``: the queue's
-    limit on running jobs and on jobs started per period."""
+    """``portq limit URL QUEUE [--running N|none] [--rate N/PERIOD|none] [--fair|--no-fair]``:
+    the queue's limit on running jobs and on jobs started per period, and its fairness."""
     if args.running is _UNSET and args.rate is _UNSET and args.fair is None:
         raise ConfigurationError("portq limit: give --running N, --rate N/PERIOD (none "
                                  "clears either) and/or --fair / --no-fair")
