@@ -388,6 +388,10 @@ class AsyncQueue:
         """See :meth:`portq.Queue.set_concurrency_limit`."""
         await asyncio.to_thread(self.queue.set_concurrency_limit, queue, max_running)
 
+    async def set_fairness(self, queue: str, fair: bool) -> None:
+        """See :meth:`portq.Queue.set_fairness`."""
+        await asyncio.to_thread(self.queue.set_fairness, queue, fair)
+
     async def set_rate_limit(self, queue: str, limit: int | None,
                              per_seconds: float | None = None) -> None:
         """See :meth:`portq.Queue.set_rate_limit`."""

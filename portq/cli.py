@@ -314,7 +314,7 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 STATS_COLUMNS = ["queue", "ready", "scheduled", "running", "waiting", "succeeded", "dead",
                  "cancelled",
                  "oldest_ready_age_s", "failed_1h", "succeeded_1h", "retry_rate", "workers",
-                 "paused", "running_limit", "rate_limit"]
+                 "paused", "running_limit", "rate_limit", "fair"]
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -424,17 +424,23 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_limit(args: argparse.Namespace) -> int:
-    """``portq limit URL QUEUE [--running N|none] [--rate N/PERIOD|none]``: the queue's
-    limit on running jobs and on jobs started per period."""
-    if args.running is _UNSET and args.rate is _UNSET:
-        raise ConfigurationError("portq limit: give --running N and/or --rate N/PERIOD "
-                                 "(none clears either)")
+    """``portq limit URL QUEUE [--running N|none] [--rate N/PERIOD|none] [--fair|--no-fair]``:
+    the queue's limit on running jobs and on jobs started per period, and its fairness."""
+    if args.running is _UNSET and args.rate is _UNSET and args.fair is None:
+        raise ConfigurationError("portq limit: give --running N, --rate N/PERIOD (none "
+                                 "clears either) and/or --fair / --no-fair")
     with _open(args) as q:
         _known_queue(q, args.queue_name, args.create)
         if args.running is not _UNSET:
             q.set_concurrency_limit(args.queue_name, args.running)
         if args.rate is not _UNSET:
             q.set_rate_limit(args.queue_name, *(args.rate or (None,)))
+        if args.fair is not None:
+            q.set_fairness(args.queue_name, args.fair)
+    if args.fair is not None:
+        print(f"{args.queue_name} claims " + ("one job of each concurrency key in turn"
+              if args.fair else "in plain order (priority, run_at, id)")
+              + "; workers follow within a second")
     if args.running is None:
         print(f"cleared the running-jobs limit of {args.queue_name}")
     elif args.running is not _UNSET:
@@ -1061,6 +1067,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=_rate_or_none, default=_UNSET, metavar="N/PERIOD",
                    help="at most N jobs of QUEUE started per PERIOD in any sliding window "
                         "(e.g. 50/2s, 100/1m, 1000/1h); 'none' clears the limit")
+    p.add_argument("--fair", action=argparse.BooleanOptionalAction, default=None,
+                   help="claim round-robin across the jobs' concurrency keys (--no-fair: "
+                        "plain priority order)")
 
 
     p = command("job", cmd_job, "one job in full, with the error of every failed attempt")

@@ -345,6 +345,7 @@ class QueueStats:
     concurrency_limit: int | None = None  # most running jobs (Queue.set_concurrency_limit)
     rate_limit: int | None = None         # most jobs started per rate_period_s
     rate_period_s: float | None = None    # (Queue.set_rate_limit)
+    fair: bool = False  # claims round-robin across concurrency keys (Queue.set_fairness)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -259,6 +259,13 @@ class Backend(ABC):
         limit), enforced in the claim transaction; other workers see a new limit within
         ``LIMIT_RECHECK_S`` (portq/backends/base.py) seconds."""
 
+    @abstractmethod
+    def set_fairness(self, queue: str, fair: bool) -> None:
+        """Claims of ``queue`` take jobs round-robin across concurrency keys (one job of
+        each key with ready jobs in turn, then one unkeyed job) when ``fair``, else in
+        plain claim order; enforced in the claim transaction, other workers follow within
+        ``LIMIT_RECHECK_S`` seconds. Idempotent."""
+
     def known_unlimited(self, queue: str) -> bool:
         """True when ``queue`` is known to have no concurrency, rate or per-key limit just
         now (a worker then claims ahead for it). Default: never known."""

@@ -574,6 +574,15 @@ class Queue:
             validate_queue(queue),
             None if max_running is None else positive_int(max_running, "max_running"))
 
+    def set_fairness(self, queue: str, fair: bool) -> None:
+        """Share ``queue`` fairly across its jobs' ``concurrency_key``s (``fair=True``):
+        claims take one job of each key in turn, then one unkeyed job, so one key's burst
+        delays another key's jobs by one round at most; ``False`` restores plain claim order
+        (priority, run_at, id). A running worker follows within a second."""
+        if not isinstance(fair, bool):
+            raise ConfigurationError(f"fair must be True or False, not {fair!r}")
+        self.backend.set_fairness(validate_queue(queue), fair)
+
     def set_rate_limit(self, queue: str, limit: int | None,
                        per_seconds: float | timedelta | None = None) -> None:
         """At most ``limit`` jobs of ``queue`` start per ``per_seconds`` across every worker

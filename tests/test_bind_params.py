@@ -89,7 +89,7 @@ ORACLE_EXTRA: dict[str, frozenset[str]] = {
 MYSQL_EXTRA: dict[str, frozenset[str]] = {
     name: frozenset({"ids"}) for name in (
         "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many",
-        "dep_release", "dep_cancel")}
+        "dep_release", "dep_cancel", "claim_key", "claim_unkeyed")}
 #: statements no call site runs any more, kept for the protocol's shape (base.py runs the
 #: batched forms: renew -> renew_many, complete -> complete_many); their parameters are
 #: those of the fenced writes
@@ -140,6 +140,12 @@ def _workload(queue: portq.Queue) -> None:
     for i in range(2):
         queue.enqueue("c", i, concurrency_key="ck2", concurrency_limit=1)
     queue.claim("c", "w4", limit=2)  # a one-statement claim that settles its keys after
+    queue.set_fairness("f", True)  # a fair claim: every turn's statements
+    queue.enqueue("f", 1, concurrency_key="t1", concurrency_limit=1)
+    queue.enqueue("f", 2)
+    queue.claim("f", "w5", limit=1)  # stops at key t1: the cursor is stored
+    queue.claim("f", "w5", limit=3)
+    queue.set_fairness("f", False)
     queue.reap(limit=10, delay=0)
     queue.prune(0, limit=10)
     dead = queue.jobs("dead")

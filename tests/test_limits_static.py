@@ -18,10 +18,12 @@ NEW = ("queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log", "ensure_
 @pytest.mark.parametrize("engine", FIVE)
 def test_migration_7_is_applied_on_every_engine(engine: str) -> None:
     """Migration 7 (the limits) exists everywhere; 9 (the runtime's per-job columns), 10
-    (when attempts started) and 11 (meta and progress) follow it; only SQL Server has an 8
+    (when attempts started) and 11 (meta and progress) follow it, 13 (fair sharing) is
+    the newest; only SQL Server has an 8
     (the registry's binary worker ids and the ready index's included columns)."""
     versions = [v for v, _ in load_migrations(engine)]
-    assert 7 in versions and versions[-3:] == [9, 10, 11]
+    nine = versions.index(9)
+    assert 7 in versions and versions[nine:nine + 3] == [9, 10, 11] and versions[-1] == 13
     assert (8 in versions) == (engine == "sqlserver")
 
 

@@ -55,6 +55,7 @@ SAMPLE: dict[str, Any] = {
     "minutes": 60, "window_s": 3600, "bucket_s": 60, "any_text": 1, "pattern": "%x%",
     "after_run_at": None,
     "hash": "0" * 64, "period_ms": 5, "paused": 1, "max_running": 2,
+    "fair": 1, "after": "account:41",
     "meta": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
     "progress": 0.4, "note": "resized 40 of 100",
 }

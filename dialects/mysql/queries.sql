@@ -495,14 +495,16 @@ ON DUPLICATE KEY UPDATE paused = :paused, updated_at = UTC_TIMESTAMP(6);
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
 -- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
 -- turns counting its running jobs and reading its rate log. No row: no limit.
-SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log, fair,
+       CONVERT(fair_after USING utf8mb4)
 FROM portq_queue WHERE queue = :queue FOR UPDATE;
 
 -- name: running_count
@@ -598,8 +600,8 @@ FROM portq_job WHERE job_id = :job_id;
 
 -- name: queue_key_limits
 -- The queue page's per-key limits in use: the keys of the queue's running jobs, each with
--- its limit and running count, busiest first (portq_job_ckey_idx (queue, concurrency_key,
--- state)).
+-- its limit and running count, busiest first (portq_job_ckey_idx (queue, state,
+-- concurrency_key, ...), migration 13).
 SELECT CONVERT(concurrency_key USING utf8mb4), MAX(concurrency_limit), COUNT(*)
 FROM portq_job
 WHERE queue = :queue AND state = 'running' AND concurrency_key IS NOT NULL
@@ -727,3 +729,87 @@ SELECT d.job_id, j.state FROM portq_job_dep AS d
 JOIN portq_job AS j ON j.job_id = d.job_id
 WHERE d.depends_on = :job_id
 ORDER BY d.job_id;
+
+-- ---- fair sharing across keys (migration 13; SqlBackend.fair_rows) ---------------------
+
+-- name: set_fairness
+-- A queue's claims take jobs round-robin across concurrency keys (:fair = 1) or in plain
+-- claim order (0); the row is made on first use, the round starts over.
+INSERT INTO portq_queue (queue, fair, updated_at)
+VALUES (:queue, :fair, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE fair = :fair, fair_after = NULL, updated_at = UTC_TIMESTAMP(6);
+
+-- name: set_fair_after
+-- The key a fair claim served last (NULL: the unkeyed jobs' turn), under the row's lock.
+UPDATE portq_queue SET fair_after = :after WHERE queue = :queue;
+
+-- name: fair_first_key
+-- The smallest key with a ready job (portq_job_ckey_idx (queue, state, concurrency_key,
+-- ...): one seek; NULLs sort first, the IS NOT NULL bound skips them). A plain read.
+SELECT CONVERT(concurrency_key USING utf8mb4) FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NOT NULL
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: fair_next_key
+-- The next key after :after with a ready job (one seek on portq_job_ckey_idx; keys
+-- compare as bytes).
+SELECT CONVERT(concurrency_key USING utf8mb4) FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key > :after
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: claim_key
+-- The claim of one key's jobs: `claim` with the key fixed, walking portq_job_ckey_idx
+-- (queue, 'ready', key) in (priority DESC, run_at, job_id) order; then as `claim`.
+SELECT job_id FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key = :concurrency_key
+  AND run_at <= UTC_TIMESTAMP(6) AND attempts < max_attempts
+  AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+  AND (SELECT COUNT(*) FROM portq_job AS r
+       WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
+         AND r.state = 'running') < concurrency_limit
+ORDER BY concurrency_key, priority DESC, run_at, job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'running', attempts = attempts + 1, worker_id = :worker_id,
+    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND,
+    started_at = UTC_TIMESTAMP(6),
+    first_started_at = COALESCE(first_started_at, UTC_TIMESTAMP(6))
+WHERE job_id IN (:ids);
+
+SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), lease_until, CONVERT(concurrency_key USING utf8mb4),
+       concurrency_limit, timeout_ms, run_at, meta
+FROM portq_job
+WHERE job_id IN (:ids)
+ORDER BY priority DESC, run_at, job_id;
+
+-- name: claim_unkeyed
+-- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
+-- concurrency_key IS NULL, walking portq_job_ckey_idx (queue, 'ready', NULL) in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
+SELECT job_id FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NULL
+  AND run_at <= UTC_TIMESTAMP(6) AND attempts < max_attempts
+  AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+ORDER BY concurrency_key, priority DESC, run_at, job_id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+UPDATE portq_job
+SET state = 'running', attempts = attempts + 1, worker_id = :worker_id,
+    lease_until = UTC_TIMESTAMP(6) + INTERVAL (:lease_ms * 1000) MICROSECOND,
+    started_at = UTC_TIMESTAMP(6),
+    first_started_at = COALESCE(first_started_at, UTC_TIMESTAMP(6))
+WHERE job_id IN (:ids);
+
+SELECT job_id, CONVERT(queue USING utf8mb4), payload, priority, attempts, max_attempts,
+       CONVERT(job_key USING utf8mb4), lease_until, CONVERT(concurrency_key USING utf8mb4),
+       concurrency_limit, timeout_ms, run_at, meta
+FROM portq_job
+WHERE job_id IN (:ids)
+ORDER BY priority DESC, run_at, job_id;

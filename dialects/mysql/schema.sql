@@ -251,3 +251,22 @@ CREATE TABLE IF NOT EXISTS portq_job_dep (
     CONSTRAINT portq_job_dep_job_fk FOREIGN KEY (job_id) REFERENCES portq_job (job_id)
         ON DELETE CASCADE
 ) ENGINE = InnoDB;
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn;
+-- fair_after: the key served last (NULL: the unkeyed jobs' turn came last, a round starts
+-- at the smallest key). A fair claim locks the queue's row, reads the cursor and walks
+-- portq_job_ckey_idx, made again as (queue, state, concurrency_key, priority DESC, run_at,
+-- job_id): the next key after the cursor is one seek on (queue, 'ready', key > cursor),
+-- that key's first job in claim order one seek more. The per-key running counts use the
+-- (queue, 'running', key) prefix as before. No index is added: every claim already moved
+-- each row's entry of the old (queue, concurrency_key, state) index, it moves this one.
+-- Each ALTER is atomic: a rerun of the first meets 1060 (applied); the second reruns.
+ALTER TABLE portq_queue
+    ADD COLUMN fair       TINYINT NOT NULL DEFAULT 0,
+    ADD COLUMN fair_after VARBINARY(1020),
+    ADD CONSTRAINT portq_queue_fair_ck CHECK (fair IN (0, 1));
+ALTER TABLE portq_job
+    DROP INDEX portq_job_ckey_idx,
+    ADD INDEX portq_job_ckey_idx (queue, state, concurrency_key, priority DESC, run_at, job_id);

@@ -462,14 +462,15 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue
 
 -- name: queue_control
 -- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
 -- turns counting its running jobs and reading its rate log.
-SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log, fair, fair_after
 FROM portq_queue WHERE queue = :queue FOR UPDATE
 
 -- name: running_count
@@ -715,3 +716,71 @@ SELECT d.job_id, j.state FROM portq_job_dep d
 JOIN portq_job j ON j.job_id = d.job_id
 WHERE d.depends_on = :job_id
 ORDER BY d.job_id
+
+-- ---- fair sharing across keys (migration 13; SqlBackend.fair_rows) ---------------------
+
+-- name: set_fairness
+-- A queue's claims take jobs round-robin across concurrency keys (:fair = 1) or in plain
+-- claim order (0); the row is made on first use, the round starts over.
+MERGE INTO portq_queue t
+USING (SELECT :queue AS queue FROM dual) s ON (t.queue = s.queue)
+WHEN MATCHED THEN UPDATE SET fair = :fair, fair_after = NULL,
+                             updated_at = SYS_EXTRACT_UTC(SYSTIMESTAMP)
+WHEN NOT MATCHED THEN INSERT (queue, fair, updated_at)
+    VALUES (s.queue, :fair, SYS_EXTRACT_UTC(SYSTIMESTAMP))
+
+-- name: set_fair_after
+-- The key a fair claim served last (NULL: the unkeyed jobs' turn), under the row's lock.
+UPDATE portq_queue SET fair_after = :after WHERE queue = :queue
+
+-- name: fair_first_key
+-- The smallest key with a ready job (portq_job_fair_idx: one seek; the CASEs match it).
+SELECT CASE WHEN state = 'ready' THEN concurrency_key END FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue
+  AND CASE WHEN state = 'ready' THEN concurrency_key END IS NOT NULL
+ORDER BY CASE WHEN state = 'ready' THEN concurrency_key END
+FETCH FIRST 1 ROWS ONLY
+
+-- name: fair_next_key
+-- The next key after :after with a ready job (one seek on portq_job_fair_idx; VARCHAR2
+-- compares as binary under the default NLS_COMP).
+SELECT CASE WHEN state = 'ready' THEN concurrency_key END FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue
+  AND CASE WHEN state = 'ready' THEN concurrency_key END > :after
+ORDER BY CASE WHEN state = 'ready' THEN concurrency_key END
+FETCH FIRST 1 ROWS ONLY
+
+-- name: claim_key
+-- The cursor locking one key's jobs (OracleBackend.claim_rows): `claim_lock` with the key
+-- fixed, walking portq_job_fair_idx in order (the CASEs match it); then `claim` and
+-- `claimed` by id.
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue AND CASE WHEN state = 'ready' THEN concurrency_key END = :concurrency_key
+  AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+  AND state = 'ready' AND attempts < max_attempts
+  AND NOT EXISTS (SELECT 1 FROM portq_queue p WHERE p.queue = :queue AND p.paused = 1)
+  AND (SELECT COUNT(*) FROM portq_job r
+       WHERE CASE WHEN r.state = 'running' AND r.concurrency_key IS NOT NULL
+                  THEN r.queue END = :queue
+         AND CASE WHEN r.state = 'running' AND r.concurrency_key IS NOT NULL
+                  THEN r.concurrency_key END = :concurrency_key)
+      < concurrency_limit
+ORDER BY CASE WHEN state = 'ready' THEN concurrency_key END,
+         CASE WHEN state = 'ready' THEN priority END DESC,
+         CASE WHEN state = 'ready' THEN run_at END,
+         CASE WHEN state = 'ready' THEN job_id END
+FOR UPDATE SKIP LOCKED
+
+-- name: claim_unkeyed
+-- The cursor locking the queue's unkeyed jobs (their turn in a round): `claim_lock` with
+-- no key, walking portq_job_fair_idx's NULL-key entries in order; then `claim`, `claimed`.
+SELECT job_id FROM portq_job
+WHERE CASE WHEN state = 'ready' THEN queue END = :queue AND CASE WHEN state = 'ready' THEN concurrency_key END IS NULL
+  AND CASE WHEN state = 'ready' THEN run_at END <= SYS_EXTRACT_UTC(SYSTIMESTAMP)
+  AND state = 'ready' AND attempts < max_attempts
+  AND NOT EXISTS (SELECT 1 FROM portq_queue p WHERE p.queue = :queue AND p.paused = 1)
+ORDER BY CASE WHEN state = 'ready' THEN concurrency_key END,
+         CASE WHEN state = 'ready' THEN priority END DESC,
+         CASE WHEN state = 'ready' THEN run_at END,
+         CASE WHEN state = 'ready' THEN job_id END
+FOR UPDATE SKIP LOCKED

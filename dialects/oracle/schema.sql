@@ -237,3 +237,22 @@ CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved)
 CREATE INDEX portq_job_unsettled_idx ON portq_job (
     CASE WHEN has_dependents = 1 AND state IN ('dead', 'cancelled') THEN job_id END)
 /
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn;
+-- fair_after: the key served last (NULL: the unkeyed jobs' turn came last, a round starts
+-- at the smallest key). A fair claim locks the queue's row, reads the cursor and walks
+-- this function-based index of ready rows (a row whose every expression is NULL has no
+-- entry; an unkeyed ready row has one, its queue expression is set): the next key after
+-- the cursor (one seek), then that key's first job in claim order (one seek).
+ALTER TABLE portq_queue ADD (
+    fair       NUMBER(1) DEFAULT 0 NOT NULL CONSTRAINT portq_queue_fair_ck CHECK (fair IN (0, 1)),
+    fair_after VARCHAR2(255 CHAR)
+);
+CREATE INDEX portq_job_fair_idx ON portq_job (
+    CASE WHEN state = 'ready' THEN queue END,
+    CASE WHEN state = 'ready' THEN concurrency_key END,
+    CASE WHEN state = 'ready' THEN priority END DESC,
+    CASE WHEN state = 'ready' THEN run_at END,
+    CASE WHEN state = 'ready' THEN job_id END);

@@ -485,15 +485,17 @@ ON CONFLICT (queue) DO UPDATE SET paused = EXCLUDED.paused, updated_at = EXCLUDE
 SELECT queue FROM portq_queue WHERE paused ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
 SELECT queue, CASE WHEN paused THEN 1 ELSE 0 END, concurrency_limit, rate_limit,
-       rate_period_ms
+       rate_period_ms, CASE WHEN fair THEN 1 ELSE 0 END
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
 -- The queue's limits, locked for the claim's transaction: claimers of a limited queue take
 -- turns counting its running jobs and reading its rate log. No row: no limit (and no lock).
-SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log,
+       CASE WHEN fair THEN 1 ELSE 0 END, fair_after
 FROM portq_queue WHERE queue = :queue FOR UPDATE;
 
 -- name: running_count
@@ -725,3 +727,80 @@ SELECT d.job_id, j.state FROM portq_job_dep AS d
 JOIN portq_job AS j ON j.job_id = d.job_id
 WHERE d.depends_on = :job_id
 ORDER BY d.job_id;
+
+-- ---- fair sharing across keys (migration 13; SqlBackend.fair_rows) ---------------------
+
+-- name: set_fairness
+-- A queue's claims take jobs round-robin across concurrency keys (:fair = 1) or in plain
+-- claim order (0); the row is made on first use, the round starts over.
+INSERT INTO portq_queue (queue, fair, updated_at)
+VALUES (:queue, CAST(:fair AS integer) = 1, now())
+ON CONFLICT (queue) DO UPDATE SET fair = EXCLUDED.fair, fair_after = NULL,
+                                  updated_at = EXCLUDED.updated_at;
+
+-- name: set_fair_after
+-- The key a fair claim served last (NULL: the unkeyed jobs' turn), under the row's lock.
+UPDATE portq_queue SET fair_after = :after WHERE queue = :queue;
+
+-- name: fair_first_key
+-- The smallest key with a ready job (portq_job_fair_idx: one seek; NULL keys sort last).
+SELECT concurrency_key FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NOT NULL
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: fair_next_key
+-- The next key after :after with a ready job (one seek on portq_job_fair_idx).
+SELECT concurrency_key FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key > :after
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: claim_key
+-- The claim of one key's jobs: `claim` with the key fixed, walking portq_job_fair_idx
+-- (queue, concurrency_key, priority DESC, run_at, job_id) in order.
+WITH c AS MATERIALIZED (
+    SELECT job_id FROM portq_job
+    WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'ready'
+      AND run_at <= now() AND attempts < max_attempts
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
+      AND (SELECT count(*) FROM portq_job AS r
+           WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
+             AND r.state = 'running') < concurrency_limit
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE portq_job AS j
+SET state = 'running', attempts = j.attempts + 1, worker_id = :worker_id,
+    lease_until = now() + :lease_ms * interval '1 millisecond',
+    started_at = now(), first_started_at = COALESCE(j.first_started_at, now())
+FROM c
+WHERE j.job_id = c.job_id
+RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.timeout_ms, j.run_at,
+          j.meta::text AS meta;
+
+-- name: claim_unkeyed
+-- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
+-- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
+WITH c AS MATERIALIZED (
+    SELECT job_id FROM portq_job
+    WHERE queue = :queue AND concurrency_key IS NULL AND state = 'ready'
+      AND run_at <= now() AND attempts < max_attempts
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE portq_job AS j
+SET state = 'running', attempts = j.attempts + 1, worker_id = :worker_id,
+    lease_until = now() + :lease_ms * interval '1 millisecond',
+    started_at = now(), first_started_at = COALESCE(j.first_started_at, now())
+FROM c
+WHERE j.job_id = c.job_id
+RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_attempts,
+          j.job_key, j.lease_until, j.concurrency_key, j.concurrency_limit, j.timeout_ms, j.run_at,
+          j.meta::text AS meta;

@@ -194,3 +194,16 @@ CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
 -- dependency (SqlBackend.settle_dependencies): flagged rows only, so it stays near-empty
 CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
     WHERE has_dependents = 1 AND state IN ('dead', 'cancelled');
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn; fair_after:
+-- the key served last (NULL: the turn of the unkeyed jobs came last, a round starts at the
+-- smallest key). A fair claim locks the queue's row, reads the cursor, and walks this
+-- index: the next key after the cursor (one seek), then that key's first job in claim
+-- order (one seek). Ready rows only: a claim's UPDATE adds no entry to it.
+ALTER TABLE portq_queue
+    ADD COLUMN fair       boolean NOT NULL DEFAULT false,
+    ADD COLUMN fair_after text;
+CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
+    WHERE state = 'ready';

@@ -408,14 +408,15 @@ ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = exclude
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, paused, concurrency_limit, rate_limit, rate_period_ms, fair
 FROM portq_queue WHERE :queue = '*' OR queue = :queue;
 
 -- name: queue_control
 -- The queue's limits, read in the claim's transaction (BEGIN IMMEDIATE holds the write
 -- lock: concurrent claimers take turns). No row: no limit.
-SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log, fair, fair_after
 FROM portq_queue WHERE queue = :queue;
 
 -- name: running_count
@@ -619,3 +620,73 @@ SELECT d.job_id, j.state FROM portq_job_dep AS d
 JOIN portq_job AS j ON j.job_id = d.job_id
 WHERE d.depends_on = :job_id
 ORDER BY d.job_id;
+
+-- ---- fair sharing across keys (migration 13; SqlBackend.fair_rows) ---------------------
+
+-- name: set_fairness
+-- A queue's claims take jobs round-robin across concurrency keys (:fair = 1) or in plain
+-- claim order (0); the row is made on first use, the round starts over.
+INSERT INTO portq_queue (queue, fair, updated_at)
+VALUES (:queue, :fair, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+ON CONFLICT (queue) DO UPDATE SET fair = excluded.fair, fair_after = NULL,
+                                  updated_at = excluded.updated_at;
+
+-- name: set_fair_after
+-- The key a fair claim served last (NULL: the unkeyed jobs' turn), under the write lock.
+UPDATE portq_queue SET fair_after = :after WHERE queue = :queue;
+
+-- name: fair_first_key
+-- The smallest key with a ready job (portq_job_fair_idx: one seek; NULLs sort first, the
+-- IS NOT NULL bound skips them).
+SELECT concurrency_key FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NOT NULL
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: fair_next_key
+-- The next key after :after with a ready job (one seek on portq_job_fair_idx).
+SELECT concurrency_key FROM portq_job
+WHERE queue = :queue AND state = 'ready' AND concurrency_key > :after
+ORDER BY concurrency_key
+LIMIT 1;
+
+-- name: claim_key
+-- The claim of one key's jobs: `claim` with the key fixed, walking portq_job_fair_idx
+-- (queue, concurrency_key, priority DESC, run_at, job_id) in order.
+UPDATE portq_job
+SET state = 'running', attempts = attempts + 1, worker_id = :worker_id,
+    lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000,
+    started_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+    first_started_at = COALESCE(first_started_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+WHERE job_id IN (
+    SELECT job_id FROM portq_job AS c
+    WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'ready' AND attempts < max_attempts
+      AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+      AND (SELECT count(*) FROM portq_job AS r
+           WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
+             AND r.state = 'running') < c.concurrency_limit
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+    LIMIT :limit)
+RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
+          concurrency_key, concurrency_limit, timeout_ms, run_at, meta;
+
+-- name: claim_unkeyed
+-- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
+-- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
+UPDATE portq_job
+SET state = 'running', attempts = attempts + 1, worker_id = :worker_id,
+    lease_until = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER) + :lease_ms * 1000,
+    started_at = CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER),
+    first_started_at = COALESCE(first_started_at, CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))
+WHERE job_id IN (
+    SELECT job_id FROM portq_job AS c
+    WHERE queue = :queue AND concurrency_key IS NULL AND state = 'ready' AND attempts < max_attempts
+      AND run_at <= CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER)
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+    LIMIT :limit)
+RETURNING job_id, queue, payload, priority, attempts, max_attempts, job_key, lease_until,
+          concurrency_key, concurrency_limit, timeout_ms, run_at, meta;

@@ -186,3 +186,15 @@ CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
 -- dependency (SqlBackend.settle_dependencies): flagged rows only, so it stays near-empty
 CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
     WHERE has_dependents = 1 AND state IN ('dead', 'cancelled');
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn;
+-- fair_after: the key served last (NULL: the unkeyed jobs' turn came last, a round starts
+-- at the smallest key). A fair claim (holding the write lock) reads the cursor and walks
+-- this partial index: the next key after the cursor (one seek), then that key's first job
+-- in claim order (one seek).
+ALTER TABLE portq_queue ADD COLUMN fair INTEGER NOT NULL DEFAULT 0 CHECK (fair IN (0, 1));
+ALTER TABLE portq_queue ADD COLUMN fair_after TEXT;
+CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
+    WHERE state = 'ready';

@@ -543,14 +543,17 @@ WHEN NOT MATCHED THEN INSERT (queue, paused, updated_at)
 SELECT queue FROM portq_queue WHERE paused = 1 ORDER BY queue;
 
 -- name: queue_limits
--- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit.
-SELECT queue, CAST(paused AS INT), concurrency_limit, rate_limit, rate_period_ms
+-- Every queue with a portq_queue row (portq stats): paused, running limit, rate limit,
+-- fair (migration 13).
+SELECT queue, CAST(paused AS INT), concurrency_limit, rate_limit, rate_period_ms,
+       CAST(fair AS INT)
 FROM portq_queue WHERE :queue = N'*' OR queue = :queue;
 
 -- name: queue_control
 -- The queue's limits, update-locked to the end of the claim's transaction: claimers of a
 -- limited queue take turns counting its running jobs and reading its rate log.
-SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log
+SELECT concurrency_limit, rate_limit, rate_period_ms, rate_log, CAST(fair AS INT),
+       CAST(fair_after AS NVARCHAR(510))
 FROM portq_queue WITH (UPDLOCK, ROWLOCK, HOLDLOCK)
 WHERE queue = :queue;
 
@@ -788,3 +791,97 @@ SELECT d.job_id, j.state FROM portq_job_dep AS d
 JOIN portq_job AS j ON j.job_id = d.job_id
 WHERE d.depends_on = :job_id
 ORDER BY d.job_id;
+
+-- ---- fair sharing across keys (migration 13; SqlBackend.fair_rows) ---------------------
+
+-- name: set_fairness
+-- A queue's claims take jobs round-robin across concurrency keys (:fair = 1) or in plain
+-- claim order (0); the row is made on first use, the round starts over.
+MERGE INTO portq_queue WITH (HOLDLOCK) AS t
+USING (SELECT CAST(:queue AS NVARCHAR(128)) AS queue) AS s ON t.queue = s.queue
+WHEN MATCHED THEN UPDATE SET fair = :fair, fair_after = NULL, updated_at = SYSUTCDATETIME()
+WHEN NOT MATCHED THEN INSERT (queue, fair, updated_at)
+    VALUES (s.queue, :fair, SYSUTCDATETIME());
+
+-- name: set_fair_after
+-- The key a fair claim served last (NULL: the unkeyed jobs' turn), under the row's lock;
+-- stored as concurrency_key is (the NVARCHAR's bytes).
+UPDATE portq_queue SET fair_after = CAST(CAST(:after AS NVARCHAR(510)) AS VARBINARY(1020))
+WHERE queue = :queue;
+
+-- name: fair_first_key
+-- The smallest key with a ready job (portq_job_fair_idx: one seek). READPAST: a row an
+-- uncommitted enqueue holds is not waited on (READCOMMITTEDLOCK makes it legal under
+-- READ_COMMITTED_SNAPSHOT ON).
+SELECT TOP (1) CAST(concurrency_key AS NVARCHAR(510))
+FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
+WHERE queue = :queue AND state = N'ready' AND concurrency_key IS NOT NULL
+ORDER BY concurrency_key;
+
+-- name: fair_next_key
+-- The next key after :after with a ready job (one seek on portq_job_fair_idx; keys
+-- compare as bytes).
+SELECT TOP (1) CAST(concurrency_key AS NVARCHAR(510))
+FROM portq_job WITH (READCOMMITTEDLOCK, READPAST)
+WHERE queue = :queue AND state = N'ready' AND concurrency_key > CAST(CAST(:after AS NVARCHAR(510)) AS VARBINARY(1020))
+ORDER BY concurrency_key;
+
+-- name: claim_key
+-- The claim of one key's jobs: `claim` with the key fixed, walking portq_job_fair_idx
+-- (queue, concurrency_key, priority DESC, run_at, job_id) in order.
+WITH c AS (
+    SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
+           job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms,
+           started_at, first_started_at, run_at, meta
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE queue = :queue AND concurrency_key = CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020)) AND state = N'ready'
+      AND run_at <= SYSUTCDATETIME() AND attempts < max_attempts
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+      AND (SELECT COUNT(*) FROM portq_job AS r WITH (READCOMMITTEDLOCK, READPAST)
+           WHERE r.queue = :queue AND r.concurrency_key = CAST(CAST(:concurrency_key AS NVARCHAR(510)) AS VARBINARY(1020))
+             AND r.state = N'running' AND r.concurrency_key IS NOT NULL)
+          < concurrency_limit
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+)
+UPDATE c
+SET state = N'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME())),
+    started_at = SYSUTCDATETIME(),
+    first_started_at = COALESCE(first_started_at, SYSUTCDATETIME())
+OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
+       inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
+       inserted.lease_until,
+       CAST(inserted.concurrency_key AS NVARCHAR(510)) AS concurrency_key,
+       inserted.concurrency_limit, inserted.timeout_ms, inserted.run_at, inserted.meta;
+
+-- name: claim_unkeyed
+-- The claim of the queue's unkeyed jobs (their turn in a round): `claim` with
+-- concurrency_key IS NULL, walking portq_job_fair_idx's NULL-key entries in order.
+-- The ORDER BY names the key (fixed here) first, as the index does: the walk then needs
+-- no sort in any plan (PostgreSQL's generic plan sorted every unkeyed ready row without it).
+WITH c AS (
+    SELECT TOP (:limit) job_id, queue, payload, priority, state, attempts, max_attempts,
+           job_key, worker_id, lease_until, concurrency_key, concurrency_limit, timeout_ms,
+           started_at, first_started_at, run_at, meta
+    FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
+    WHERE queue = :queue AND concurrency_key IS NULL AND state = N'ready'
+      AND run_at <= SYSUTCDATETIME() AND attempts < max_attempts
+      AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused = 1)
+    ORDER BY concurrency_key, priority DESC, run_at, job_id
+)
+UPDATE c
+SET state = N'running',
+    attempts = attempts + 1,
+    worker_id = :worker_id,
+    lease_until = DATEADD(MILLISECOND, CAST(:lease_ms % 86400000 AS INT),
+                          DATEADD(DAY, CAST(:lease_ms / 86400000 AS INT), SYSUTCDATETIME())),
+    started_at = SYSUTCDATETIME(),
+    first_started_at = COALESCE(first_started_at, SYSUTCDATETIME())
+OUTPUT inserted.job_id, inserted.queue, inserted.payload, inserted.priority, inserted.attempts,
+       inserted.max_attempts, CAST(inserted.job_key AS NVARCHAR(510)) AS job_key,
+       inserted.lease_until,
+       CAST(inserted.concurrency_key AS NVARCHAR(510)) AS concurrency_key,
+       inserted.concurrency_limit, inserted.timeout_ms, inserted.run_at, inserted.meta;

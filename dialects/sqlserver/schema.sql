@@ -269,3 +269,17 @@ CREATE INDEX portq_job_dep_on_idx ON portq_job_dep (depends_on, resolved);
 -- dependency (SqlBackend.settle_dependencies): a filtered index of flagged rows
 CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
     WHERE has_dependents = 1 AND state IN (N'dead', N'cancelled');
+
+-- migration: 13
+-- Fair sharing across concurrency keys (Queue.set_fairness; docs/operations.md, "Fair
+-- sharing across keys"). fair: claims of the queue take one job per key in turn;
+-- fair_after: the key served last, VARBINARY as concurrency_key (NULL: the unkeyed jobs'
+-- turn came last, a round starts at the smallest key). A fair claim update-locks the
+-- queue's row, reads the cursor and walks this filtered index: the next key after the
+-- cursor (one seek), then that key's first job in claim order (one seek); the INCLUDE
+-- columns let the claim's filters run on the index entry.
+ALTER TABLE portq_queue ADD
+    fair       BIT             NOT NULL CONSTRAINT portq_queue_fair_df DEFAULT 0,
+    fair_after VARBINARY(1020) NULL;
+CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
+    INCLUDE (attempts, max_attempts, concurrency_limit) WHERE state = N'ready';

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from portq.backends import dependencies
+from portq.backends.fair import fair_rows
 from portq.errors import (
     CannotConnect,
     ConfigurationError,
@@ -700,11 +701,16 @@ class SqlBackend(Backend):
         if start_by is not None:
             start_by.clear()  # a retried transaction reads the clock again
         row = self.execute(cur, "queue_control", {"queue": queue}).fetchone()
-        max_running, rate_limit, period_ms, rate_log = row if row is not None else (None,) * 4
-        if max_running is None and rate_limit is None:
+        max_running, rate_limit, period_ms, rate_log, fair, after = \
+            row if row is not None else (None,) * 6
+
+        def claim(cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
+            if fair:  # round-robin across keys: portq/backends/fair.py
+                return fair_rows(self, cur, params, after)
+            return self.claim_rows(cur, params)
+        if max_running is None and rate_limit is None and not fair:
             self._unlimited_until[queue] = time.monotonic() + LIMIT_RECHECK_S
-            return self.settle_keys(cur, params, self.claim_rows(cur, params),
-                                    locked=row is not None)
+            return self.settle_keys(cur, params, claim(cur, params), locked=row is not None)
         self._unlimited_until.pop(queue, None)
         want = int(params["limit"])
         if max_running is not None:
@@ -720,8 +726,7 @@ class SqlBackend(Backend):
             want = min(want, window.allowed)
         if want <= 0:
             return []
-        rows = self.settle_keys(cur, params, self.claim_rows(cur, {**params, "limit": want}),
-                                locked=True)
+        rows = self.settle_keys(cur, params, claim(cur, {**params, "limit": want}), locked=True)
         if window is not None and rows:
             self.execute(cur, "set_rate_log",
                          {"queue": queue, "rate_log": window.log_after(len(rows))})
@@ -774,9 +779,12 @@ class SqlBackend(Backend):
                                     "period_ms": period_ms}))
         self._unlimited_until.pop(queue, None)
 
-    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
-        """Claim in the open transaction; rows are CLAIM_COLUMNS. Default: one statement."""
-        return list(self.execute(cur, "claim", params).fetchall())
+    def claim_rows(self, cur: Any, params: dict[str, Any], name: str = "claim"
+                   ) -> list[Sequence[Any]]:
+        """Claim in the open transaction with statement ``name`` (``claim``, or a fair
+        claim's ``claim_key`` / ``claim_unkeyed``); rows are CLAIM_COLUMNS. Default: one
+        statement."""
+        return list(self.execute(cur, name, params).fetchall())
 
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
     #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
@@ -957,8 +965,8 @@ class SqlBackend(Backend):
                     list(self.execute(cur, "queue_limits", params).fetchall()))
         rows, attempt_rows, limit_rows = self.run("stats", go, write=False)
         limits = {str(q): QueueLimits(bool(p), _int_or_none(c), _int_or_none(r),
-                                      None if ms is None else int(ms) / 1000)
-                  for q, p, c, r, ms in limit_rows}
+                                      None if ms is None else int(ms) / 1000, bool(f))
+                  for q, p, c, r, ms, f in limit_rows}
         attempts = {q: (int(f or 0), int(s or 0)) for q, f, s in attempt_rows}
         out = []
         for q, ready, scheduled, running, succeeded, dead, cancelled, oldest, now, waiting \
@@ -1314,6 +1322,13 @@ class SqlBackend(Backend):
     def close(self) -> None:
         self.pool.close()
 
+    # ---- fair sharing across keys (migration 13; the claim: portq/backends/fair.py) -----
+
+    def set_fairness(self, queue: str, fair: bool) -> None:
+        self.run("set_fairness", lambda cur: self.execute(
+            cur, "set_fairness", {"queue": queue, "fair": int(fair)}))
+        self._unlimited_until.pop(queue, None)
+
 
 class _MissingSchema(Exception):
     pass
@@ -1327,10 +1342,12 @@ class QueueLimits:
     concurrency_limit: int | None = None
     rate_limit: int | None = None
     rate_period_s: float | None = None
+    fair: bool = False
 
     def as_fields(self) -> dict[str, Any]:
         return {"paused": self.paused, "concurrency_limit": self.concurrency_limit,
-                "rate_limit": self.rate_limit, "rate_period_s": self.rate_period_s}
+                "rate_limit": self.rate_limit, "rate_period_s": self.rate_period_s,
+                "fair": self.fair}
 
 
 NO_LIMITS = QueueLimits()

@@ -226,8 +226,9 @@ class MysqlBackend(SqlBackend):
                 cur, "server_info_tx").fetchone(), write=False)
             return self.make_server_info(version, isolation)
 
-    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
-        lock, update, read = self.steps["claim"]
+    def claim_rows(self, cur: Any, params: dict[str, Any], name: str = "claim"
+                   ) -> list[Sequence[Any]]:
+        lock, update, read = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
         if not ids:
             return []

@@ -290,8 +290,11 @@ class OracleBackend(SqlBackend):
             lock_cur.close()
         return ids
 
-    def claim_rows(self, cur: Any, params: dict[str, Any]) -> list[Sequence[Any]]:
-        ids = self.lock_ids(cur, "claim_lock", params, int(params["limit"]))
+    def claim_rows(self, cur: Any, params: dict[str, Any], name: str = "claim"
+                   ) -> list[Sequence[Any]]:
+        # the locking cursor: claim_lock, or a fair claim's claim_key / claim_unkeyed
+        lock = "claim_lock" if name == "claim" else name
+        ids = self.lock_ids(cur, lock, params, int(params["limit"]))
         rows: list[Sequence[Any]] = []
         for chunk in id_lists(ids):
             self.execute(cur, "claim", {**params, "ids": chunk})
@@ -337,7 +340,9 @@ class OracleBackend(SqlBackend):
 
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Lock up to ``limit`` ids with ``<name>_lock``, then run ``name`` on them."""
-        ids = self.lock_ids(cur, f"{name}_lock", params, int(params["limit"]))
+        # the locking cursor: claim_lock, or a fair claim's claim_key / claim_unkeyed
+        lock = "claim_lock" if name == "claim" else name
+        ids = self.lock_ids(cur, lock, params, int(params["limit"]))
         return sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
                    for chunk in id_lists(ids))
 

@@ -14,6 +14,15 @@ class Property:
 
 
 PROPERTIES = (
+    Property("fair sharing across concurrency keys", (
+        "test_a_burst_delays_other_keys_by_one_round_at_most",
+        "test_each_round_takes_one_job_per_key_then_one_unkeyed",
+        "test_fair_claims_honour_key_limits_pause_and_schedule",
+        "test_fairness_off_claims_in_plain_order",
+        "test_concurrent_fair_claimers_share_the_rounds",
+        "test_a_worker_starts_the_small_keys_jobs_in_the_first_rounds",
+        "test_the_cli_sets_and_clears_fairness",
+        "test_bad_fairness_is_refused")),
     Property("claim disjointness under concurrency", (
         "test_concurrent_claimers_never_share_a_generation",
         "test_claim_is_bounded_and_single_queue",
