@@ -385,8 +385,11 @@ def test_sqlserver_prune_repeats_the_finished_index_filter_as_literals() -> None
     for states in (("dead",), ("succeeded", "cancelled"), ("succeeded", "dead", "cancelled")):
         tree = _tree("sqlserver", "prune", {"limit": 5, "states": states, "queue": "*",
                                             "older_than_ms": 1})
+        # the pruned rows' own state list (the dependents' states, `w.state`, in the
+        # subquery that keeps results a dependent needs, are another table's rows)
         literal = [i for i in tree.find_all(exp.In)
-                   if all(isinstance(e, exp.National) for e in i.expressions)]
+                   if all(isinstance(e, exp.National) for e in i.expressions)
+                   and isinstance(i.this, exp.Column) and i.this.table != "w"]
         assert [i.sql("tsql") for i in literal] == [index_filter.sql("tsql")]
 
 
@@ -747,3 +750,21 @@ def test_sqlserver_fenced_writes_compare_worker_ids_exactly() -> None:
                        "\n".join(sql for _, sql in _statements("sqlserver")))
     assert column is not None and column.groups() == ("NVARCHAR(400)",
                                                       "Latin1_General_100_BIN2")
+
+
+@pytest.mark.parametrize("name", ["prune", "retry_many", "cancel_many"])
+def test_oracle_batch_writes_lock_their_rows_with_their_own_locking_cursor(name: str) -> None:
+    """A batched write locks its rows with ``<name>_lock`` (a SELECT ... FOR UPDATE SKIP
+    LOCKED fetching ``limit`` rows), then updates them by id: never with the write itself
+    (the lock cursor the fair claims added is claim_rows's, not batch_rows's)."""
+    backend = OracleBackend(parse_url("oracle://app:pw@h/S"))
+    locked_with: list[str] = []
+
+    def lock_ids(cur: Any, statement: str, params: dict[str, Any], limit: int) -> list[int]:
+        locked_with.append(statement)  # which statement would lock: no server here
+        return []
+
+    backend.lock_ids = lock_ids  # type: ignore[method-assign]
+    assert backend.batch_rows(None, name, {"limit": 5}) == 0
+    assert locked_with == [f"{name}_lock"]
+    assert f"{name}_lock" in load_queries("oracle")

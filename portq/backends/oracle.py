@@ -340,9 +340,7 @@ class OracleBackend(SqlBackend):
 
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Lock up to ``limit`` ids with ``<name>_lock``, then run ``name`` on them."""
-        # the locking cursor: claim_lock, or a fair claim's claim_key / claim_unkeyed
-        lock = "claim_lock" if name == "claim" else name
-        ids = self.lock_ids(cur, lock, params, int(params["limit"]))
+        ids = self.lock_ids(cur, f"{name}_lock", params, int(params["limit"]))
         return sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
                    for chunk in id_lists(ids))
 
