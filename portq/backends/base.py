@@ -418,7 +418,7 @@ class SqlBackend(Backend):
                     reconnected = True  # the server rolled it back: safe to run again
                     log.info("%s: connection lost before commit (%s: %s); retrying on a "
                              "new connection", op, type(exc).__name__,
-                             _scrub(str(exc), self.url))
+                             one_line(_scrub(str(exc), self.url)))
                     continue
                 if kind is ErrorKind.RETRYABLE and retry and attempt < self.max_retries:
                     attempt += 1
