@@ -744,15 +744,16 @@ UPDATE portq_queue SET fair_after = :after WHERE queue = :queue;
 
 -- name: fair_first_key
 -- The smallest key with a ready job (portq_job_fair_idx: one seek; NULL keys sort last).
+-- Every fair statement states job_id > 0, the index's predicate (schema.sql, migration 13).
 SELECT concurrency_key FROM portq_job
-WHERE queue = :queue AND state = 'ready' AND concurrency_key IS NOT NULL
+WHERE queue = :queue AND state = 'ready' AND job_id > 0 AND concurrency_key IS NOT NULL
 ORDER BY concurrency_key
 LIMIT 1;
 
 -- name: fair_next_key
 -- The next key after :after with a ready job (one seek on portq_job_fair_idx).
 SELECT concurrency_key FROM portq_job
-WHERE queue = :queue AND state = 'ready' AND concurrency_key > :after
+WHERE queue = :queue AND state = 'ready' AND job_id > 0 AND concurrency_key > :after
 ORDER BY concurrency_key
 LIMIT 1;
 
@@ -762,7 +763,7 @@ LIMIT 1;
 WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND concurrency_key = :concurrency_key AND state = 'ready'
-      AND run_at <= now() AND attempts < max_attempts
+      AND job_id > 0 AND run_at <= now() AND attempts < max_attempts
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
       AND (SELECT count(*) FROM portq_job AS r
            WHERE r.queue = :queue AND r.concurrency_key = :concurrency_key
@@ -789,7 +790,7 @@ RETURNING j.job_id, j.queue, j.payload::text, j.priority, j.attempts, j.max_atte
 WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE queue = :queue AND concurrency_key IS NULL AND state = 'ready'
-      AND run_at <= now() AND attempts < max_attempts
+      AND job_id > 0 AND run_at <= now() AND attempts < max_attempts
       AND NOT EXISTS (SELECT 1 FROM portq_queue AS p WHERE p.queue = :queue AND p.paused)
     ORDER BY concurrency_key, priority DESC, run_at, job_id
     LIMIT :limit

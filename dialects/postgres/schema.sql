@@ -201,9 +201,12 @@ CREATE INDEX portq_job_unsettled_idx ON portq_job (job_id)
 -- the key served last (NULL: the turn of the unkeyed jobs came last, a round starts at the
 -- smallest key). A fair claim locks the queue's row, reads the cursor, and walks this
 -- index: the next key after the cursor (one seek), then that key's first job in claim
--- order (one seek). Ready rows only: a claim's UPDATE adds no entry to it.
+-- order (one seek). Ready rows only: a claim's UPDATE adds no entry to it. Its predicate
+-- also says job_id > 0 (true of every row), which only the fair statements state: the plain
+-- claim cannot use this index, so no statistics can make it walk it and sort (PostgreSQL
+-- 18 did, with stale statistics, instead of walking portq_job_ready_idx in order).
 ALTER TABLE portq_queue
     ADD COLUMN fair       boolean NOT NULL DEFAULT false,
     ADD COLUMN fair_after text;
 CREATE INDEX portq_job_fair_idx ON portq_job (queue, concurrency_key, priority DESC, run_at, job_id)
-    WHERE state = 'ready';
+    WHERE state = 'ready' AND job_id > 0;
