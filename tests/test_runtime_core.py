@@ -152,3 +152,48 @@ def test_both_fronts_take_the_same_options_defaults_and_errors(
          else portq.Worker(queue, [], print))
     with pytest.warns(DeprecationWarning, match="prefetch, claimers: deprecated"):
         make(prefetch=2, claimers=2)
+
+
+def test_a_retry_claimed_again_while_its_failure_is_being_written_gets_its_outcome(
+        queue: portq.Queue, qname: str) -> None:
+    """A failed attempt retried at once can be claimed again by the same worker before its
+    writer has let go of the first attempt (here the failure's write lingers after it
+    committed): the second attempt's outcome is its own, written, never taken for the
+    first's and dropped (the job then stayed running while the worker lived)."""
+    if queue.backend.single_writer:
+        pytest.skip("one writer claims and writes in turn: a claim cannot overtake a write")
+    job_id = queue.enqueue(qname, "x", max_attempts=5)
+    failed = threading.Event()
+    fail = queue.fail
+
+    def lingering_fail(*args: object, **kwargs: object) -> bool:
+        ok = fail(*args, **kwargs)  # type: ignore[arg-type]
+        failed.set()
+        time.sleep(0.5)  # committed; the writer still holds the first attempt meanwhile
+        return ok
+
+    queue.fail = lingering_fail  # type: ignore[method-assign]
+    seen: list[int] = []
+
+    def handler(job: Job) -> None:
+        seen.append(job.attempt)
+        if job.attempt == 1:
+            raise RuntimeError("first attempt fails; its retry is due at once")
+
+    worker = portq.Worker(queue, qname, handler, concurrency=2, lease=30, idle_min=0.01,
+                          idle_max=0.02, backoff=portq.Backoff("fixed", 0.0),
+                          reap_interval=None, prune_interval=None)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and worker.counters.succeeded < 1:
+            time.sleep(0.02)
+        record = queue.job(job_id)
+        assert failed.is_set() and seen[:2] == [1, 2], seen
+        assert record is not None and (record.state, record.attempts) == ("succeeded", 2), \
+            (record and record.state, worker.counters)
+    finally:
+        worker.stop()
+        thread.join(30)
+        del queue.fail

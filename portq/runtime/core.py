@@ -340,6 +340,8 @@ class Runtime:
             self._claiming -= want
             for job in jobs:
                 self._inflight[job.id] = job
+                if self._renewed_at:  # a renewal of its previous attempt is not this one's
+                    self._renewed_at.pop(job.id, None)
             self._busy += len(jobs)
         self.counters.add("claimed", len(jobs), name)
         if self.log.isEnabledFor(logging.DEBUG):
@@ -463,11 +465,14 @@ class Runtime:
                     self._running.pop(job.id, None)
             if returned:
                 self._slot_freed_locked(job)
-            handed = outcome is not None and self._inflight.get(job.id) is job and \
-                job.id not in self._acking
+            # by identity: the job's previous attempt may still be in the writer's hands
+            # (its retry, due at once, claimed again by this worker before the writer let
+            # go of it); this attempt's outcome must not be taken for that one's
+            acking = self._acking.get(job.id) is job
+            handed = outcome is not None and self._inflight.get(job.id) is job and not acking
             if handed:
                 self._acking[job.id] = job
-            elif job.id not in self._acking:
+            elif not acking:
                 self._forget(job)
             s = self.settings
             capacity = self._capacity_now()
@@ -779,7 +784,7 @@ class Runtime:
         while self._running_owned() and time.monotonic() < deadline:
             time.sleep(0.02)
         with self._lock:  # handlers still running after the grace: give their jobs back
-            leftover = [j for j in self._inflight.values() if j.id not in self._acking]
+            leftover = [j for j in self._inflight.values() if self._acking.get(j.id) is not j]
             for job in leftover:
                 self._forget(job)
         self._executor.cancel_running()
