@@ -279,9 +279,17 @@ class Runtime:
         s = self.settings
         return s.concurrency + (self.lookahead.size() if s.auto_lookahead else s.prefetch)
 
-    def _free_locked(self) -> int:
-        """Slots neither held nor reserved by a claim in progress (``_lock`` held)."""
-        return self._capacity_now() - self._busy - len(self._acking) - self._claiming
+    def _free_locked(self, capacity: int | None = None) -> int:
+        """Slots neither held nor reserved by a claim in progress (``_lock`` held), of
+        ``capacity`` (default: :meth:`_capacity_now`)."""
+        if capacity is None:
+            capacity = self._capacity_now()
+        return capacity - self._held_locked()
+
+    def _held_locked(self) -> int:
+        """Jobs held (waiting, running, or their outcome being written) and slots
+        reserved by claims in progress (``_lock`` held)."""
+        return self._busy + len(self._acking) + self._claiming
 
     def _idle_slots_locked(self) -> int:
         """Handler slots neither busy nor reserved (``_lock`` held): what a queue that may
@@ -295,7 +303,7 @@ class Runtime:
     def _idle(self) -> bool:
         """Nothing held and no claim in progress."""
         with self._lock:
-            return self._busy + len(self._acking) + self._claiming == 0
+            return self._held_locked() == 0
 
     def _outcomes_waiting(self) -> int:
         """Outcomes a single writer has still to write (0 elsewhere: writers do that)."""
@@ -381,13 +389,13 @@ class Runtime:
         the queues were probed may hold rows the probe skipped as locked, so it counts as
         not drained (its jobs would otherwise be claimed and given back at the exit)."""
         with self._lock:
-            if self._busy + len(self._acking) + self._claiming:
+            if self._held_locked():
                 return False
             begun = self._claims_begun
         if not self._drained():
             return False
         with self._lock:
-            if self._claims_begun != begun or self._busy + len(self._acking) + self._claiming:
+            if self._claims_begun != begun or self._held_locked():
                 return False
             self._stopping.set()  # the other claim loops end too, and begin no claim
         return True
@@ -476,7 +484,7 @@ class Runtime:
                 self._forget(job)
             s = self.settings
             capacity = self._capacity_now()
-            free = capacity - self._busy - len(self._acking) - self._claiming
+            free = self._free_locked(capacity)
             batch = min(s.batch, capacity)
             wake = (returned and free in (1, batch)) or \
                 (handed and s.single_writer and len(self._acking) in (1, batch))

@@ -49,10 +49,20 @@ class WorkerCounters:
         """Add ``n`` to ``counter`` (e.g. ``"succeeded"``), and to ``queue``'s; safe from
         any thread."""
         with self._lock:
-            setattr(self, counter, getattr(self, counter) + n)
-            if queue is not None:
-                per = self.by_queue.setdefault(queue, {})
-                per[counter] = per.get(counter, 0) + n
+            self._add_locked(counter, n, queue)
+
+    def add_each(self, counter: str, queues: Sequence[str]) -> None:
+        """Add 1 to ``counter`` per entry of ``queues`` (and to that queue's), under one
+        lock: a batch's jobs."""
+        with self._lock:
+            for queue in queues:
+                self._add_locked(counter, 1, queue)
+
+    def _add_locked(self, counter: str, n: int, queue: str | None) -> None:
+        setattr(self, counter, getattr(self, counter) + n)
+        if queue is not None:
+            per = self.by_queue.setdefault(queue, {})
+            per[counter] = per.get(counter, 0) + n
 
     def record_claim(self, seconds: float, queue: str = "") -> None:
         """Keep one claim's duration (the most recent 5,000-10,000) and tell the observers."""
@@ -77,16 +87,7 @@ class Outcomes:
     def succeeded(self, jobs: Sequence[Job]) -> None:
         """Completions committed (a batch's): counted under one lock, one debug line
         each when debug logging is on."""
-        if not jobs:
-            return
-        counters = self.counters
-        with counters._lock:
-            counters.succeeded += len(jobs)
-            for job in jobs:
-                per = counters.by_queue.get(job.queue)
-                if per is None:
-                    per = counters.by_queue[job.queue] = {}
-                per["succeeded"] = per.get("succeeded", 0) + 1
+        self.counters.add_each("succeeded", [job.queue for job in jobs])
         if self.log.isEnabledFor(logging.DEBUG):
             for job in jobs:
                 self.log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
@@ -96,9 +97,7 @@ class Outcomes:
         """An outcome committed: ``succeeded``, or a failure (dead when ``retry_in`` is
         None or the attempts are spent, else retried)."""
         if outcome == "succeeded":
-            self.counters.add("succeeded", queue=job.queue)
-            self.log.debug("job.succeeded job_id=%d queue=%s generation=%d worker=%s",
-                           job.id, job.queue, job.attempt, self.worker_id)
+            self.succeeded([job])
         elif retry_in is None or job.attempt >= job.max_attempts:
             self.counters.add("dead", queue=job.queue)
             self.log.warning("job.dead job_id=%d queue=%s generation=%d attempt=%d/%d "
