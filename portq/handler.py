@@ -36,6 +36,7 @@ from portq.runtime.middleware import Middleware, Step, step_of, steps_of
 from portq.runtime.progress import ProgressWriter
 
 if TYPE_CHECKING:
+    from portq.protocol import Backend
     from portq.queue import Queue
 
 
@@ -46,7 +47,7 @@ class HandlerRunner:
 
     def __init__(self, handler: Callable[[Job], Any],
                  middleware: Iterable[Middleware] | None = None, *,
-                 queue: Queue | None = None) -> None:
+                 queue: Queue[Backend] | None = None) -> None:
         name = getattr(handler, "__qualname__", None) or repr(handler)
         if not callable(handler):
             raise ConfigurationError(f"handler {name} is not callable: pass a function "

@@ -8,7 +8,7 @@ Dead connections: there is no ping on checkout (it would cost a round trip on ev
 operation). Instead, when the backend sees a connection-level error, that connection is
 released as broken and every *idle* connection is closed with it: a server restart, a
 failover or a network cut kills them all, and a fresh connection costs only a handshake.
-:meth:`portq.backends.base.SqlBackend.run` then retries the operation once on a fresh
+:meth:`portq.backends.sql.tx.Transactions.run` then retries the operation once on a fresh
 connection when the error came before ``COMMIT`` was sent, since the server rolled that
 transaction back; an error during ``COMMIT`` leaves the outcome unknown and surfaces as
 :class:`portq.errors.ConnectionLost` (claims and guarded updates are safe either way: an

@@ -7,10 +7,10 @@ no deadline is ever computed from a worker's clock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from portq.job import (
     Claim,
@@ -20,6 +20,7 @@ from portq.job import (
     JobRecord,
     QueueStats,
     ServerInfo,
+    WorkerActivity,
     WorkerInfo,
 )
 from portq.url import DatabaseURL
@@ -83,6 +84,26 @@ class Capabilities:
     in_memory: bool = False
     #: cancelling a running job tells its worker at once (else within one heartbeat)
     announces_cancel: bool = False
+    #: how a worker finds new jobs (its start-up line): "polling", or what it listens on
+    listen_mode: str = "polling"
+    #: claimers lock single rows and skip the rows others lock (SKIP LOCKED, READPAST);
+    #: False where one write lock covers the whole database (SQLite)
+    row_locking: bool = True
+
+
+class Listener(Protocol):
+    """A dedicated connection that waits for what :meth:`Backend.listener`'s engine
+    announces (new jobs, cancelled running jobs)."""
+
+    def wait(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds; True when jobs were announced meanwhile."""
+
+    def take_cancelled(self) -> list[tuple[int, int]]:
+        """The ``(job_id, generation)`` of running jobs announced cancelled since the last
+        call ([] where the engine announces none: heartbeats find them)."""
+
+    def close(self) -> None:
+        """Close the connection."""
 
 
 @dataclass(frozen=True)
@@ -103,12 +124,56 @@ class Backend(ABC):
     """One database engine. Methods without ``conn`` run in their own short transaction."""
 
     engine: ClassVar[str]
+    #: module prefix of the DB-API connection classes this backend accepts as ``conn=``
+    driver_module: ClassVar[str]
     url: DatabaseURL
+    #: the longest a statement of portq's own connections may run, in ms (None: no bound)
+    statement_timeout_ms: int | None
 
     @property
     @abstractmethod
     def capabilities(self) -> Capabilities:
         """What this engine can and cannot do, for the worker runtime."""
+
+    # ---- connections: what the runtime sizes, bounds and watches ----
+    @property
+    @abstractmethod
+    def pool_size(self) -> int:
+        """The most connections this backend opens at once."""
+
+    @abstractmethod
+    def resize_pool(self, size: int) -> None:
+        """Let the pool grow to ``size`` connections (a worker's threads), unless its
+        size was given by the user (then it stays: see :mod:`portq.pool`)."""
+
+    @abstractmethod
+    def bound_statements(self, ms: int | None) -> None:
+        """Bound each statement of portq's own connections to ``ms`` from now on (None:
+        unbounded); a worker bounds its queue's to its lease while it runs."""
+
+    def listener(self, queues: Sequence[str]) -> Listener | None:
+        """A :class:`Listener` for the jobs enqueued to ``queues`` (and cancels), or None
+        where workers only poll (polling stays the correctness path either way)."""
+        return None
+
+    @abstractmethod
+    def watch_identity(self, callback: Callable[[ServerIdentity, ServerIdentity], object]
+                       ) -> None:
+        """Call ``callback(old, new)`` when a new connection reaches a server of another
+        history (:meth:`server_identity`; never where the engine has no such thing)."""
+
+    @abstractmethod
+    def accepts_connection(self, conn: Any) -> bool:
+        """Whether ``conn`` (a caller's DB-API connection) is this engine's driver's."""
+
+    @abstractmethod
+    def check_schema(self) -> None:
+        """Raise :class:`portq.errors.SchemaError` unless the schema is at this portq's
+        version."""
+
+    @abstractmethod
+    def db_now(self, conn: Any | None = None) -> datetime:
+        """The database clock (UTC), on ``conn`` when given (as :meth:`job` reads)."""
 
     @abstractmethod
     def migrate(self) -> int:
@@ -257,7 +322,7 @@ class Backend(ABC):
     def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
         """At most ``max_running`` running jobs of ``queue`` across every worker (None: no
         limit), enforced in the claim transaction; other workers see a new limit within
-        ``LIMIT_RECHECK_S`` (portq/backends/base.py) seconds."""
+        ``LIMIT_RECHECK_S`` (portq/backends/sql/limits.py) seconds."""
 
     @abstractmethod
     def set_fairness(self, queue: str, fair: bool) -> None:
@@ -320,6 +385,40 @@ class Backend(ABC):
     def result(self, job_id: int, conn: Any | None = None) -> Any:
         """The stored return value of a succeeded job, or None when it has none (``conn``:
         as :meth:`job`)."""
+
+    @abstractmethod
+    def set_progress(self, claim: Claim, fraction: float | None, note: str) -> bool:
+        """Store a running job's progress report while ``claim`` owns the job."""
+
+    @abstractmethod
+    def set_progress_many(self, reports: Sequence[tuple[Claim, float | None, str]]
+                          ) -> list[bool]:
+        """:meth:`set_progress` for several jobs in one transaction; one result each."""
+
+    @abstractmethod
+    def dependency_results(self, job_id: int, conn: Any | None = None) -> dict[int, Any]:
+        """``{dependency id: result}`` for the job's dependencies that stored a result."""
+
+    @abstractmethod
+    def job_graph(self, job_id: int) -> tuple[list[tuple[int, str | None]],
+                                             list[tuple[int, str]]]:
+        """A job's dependencies and dependents, ``(id, state)`` each."""
+
+    @abstractmethod
+    def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
+        """``(attempt, worker_id, error)`` for every failed attempt of a job, in order."""
+
+    @abstractmethod
+    def job_concurrency(self, job_id: int) -> tuple[str, int] | None:
+        """A job's concurrency key and its limit, or None when it has none."""
+
+    @abstractmethod
+    def key_limits(self, queue: str, limit: int) -> list[tuple[str, int, int]]:
+        """``(key, limit, running)`` of up to ``limit`` concurrency keys of ``queue``."""
+
+    @abstractmethod
+    def worker_activity(self) -> dict[str, WorkerActivity]:
+        """Per registered worker: its running jobs and the time left on its row."""
 
     @abstractmethod
     def beat_worker(self, info: WorkerInfo, ttl_ms: int) -> None:

@@ -10,12 +10,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from portq import sqla
 from portq.backends import backend_for
-from portq.backends.base import JOB_ORDERS, SqlBackend
 from portq.backends.dependencies import validate_depends_on
+from portq.backends.sql.common import JOB_ORDERS
 from portq.durations import seconds_of
 from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
 from portq.hooks import EnqueueHooks, Hook
@@ -34,11 +34,21 @@ from portq.job import (
     WorkerInfo,
     progress_value,
 )
-from portq.protocol import NewJob, UniqueScope
+from portq.protocol import Backend, NewJob, UniqueScope
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.runtime.middleware import Middleware, Step, step_of
 from portq.stats import JobStats, bucket_seconds, build_stats, window_seconds
 from portq.url import parse_url
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    from portq.backends.sql import SqlBackend
+    #: the backend a Queue drives: its code uses only the contract (:class:`Backend`); a
+    #: bare ``Queue`` (what :func:`connect` builds) is one over the SQL machinery
+    B = TypeVarWithDefault("B", bound=Backend, covariant=True, default=SqlBackend)
+else:
+    B = TypeVar("B", bound=Backend, covariant=True)
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 MAX_KEY_LENGTH = 255
@@ -217,14 +227,14 @@ def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
     return ms
 
 
-class Queue:
+class Queue(Generic[B]):
     """Jobs in one database. Thread-safe; share one per process.
 
     Delivery is at-least-once: a job may run again after a crash or a lost lease, so
     handlers with external effects should use the job's id or key for idempotency.
     """
 
-    def __init__(self, backend: SqlBackend, *,
+    def __init__(self, backend: B, *,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  max_result_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -254,7 +264,7 @@ class Queue:
     def __repr__(self) -> str:
         return f"Queue({self.backend.url.redacted()!r})"
 
-    def __enter__(self) -> Queue:
+    def __enter__(self) -> Queue[B]:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -25,6 +25,7 @@ from portq.job import WorkerInfo
 from portq.queue import duration_ms
 
 if TYPE_CHECKING:
+    from portq.protocol import Backend
     from portq.queue import Queue
     from portq.schedule import Scheduler
 
@@ -40,7 +41,8 @@ class Registration:
     now and the cron entries (dicts, see :meth:`portq.schedule.Scheduler.entries`) it runs.
     """
 
-    def __init__(self, queue: Queue, worker_id: str, queues: Sequence[str], concurrency: int,
+    def __init__(self, queue: Queue[Backend], worker_id: str, queues: Sequence[str],
+                 concurrency: int,
                  jobs_in_hand: Callable[[], int],
                  schedules: Callable[[], list[dict[str, Any]]] = list,
                  interval: float = DEFAULT_REGISTRY_INTERVAL) -> None:
@@ -125,7 +127,7 @@ class Registrable(Protocol):
     def registry_interval(self) -> float | None: ...
 
 
-def registration_of(worker: Registrable, queue: Queue,
+def registration_of(worker: Registrable, queue: Queue[Backend],
                     jobs_in_hand: Callable[[], int]) -> Registration | None:
     """The :class:`Registration` of a Worker or AsyncWorker, or None when its
     ``registry_interval`` is None."""
@@ -137,7 +139,7 @@ def registration_of(worker: Registrable, queue: Queue,
                         worker.registry_interval)
 
 
-def live_workers(queue: Queue) -> list[WorkerInfo] | None:
+def live_workers(queue: Queue[Backend]) -> list[WorkerInfo] | None:
     """The registry's live rows, or None when the schema predates the registry (run
     ``portq migrate``)."""
     if queue.backend.schema_version() < REGISTRY_SCHEMA_VERSION:

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from portq.job import Job
+from portq.protocol import Backend
 from portq.queue import Queue
 from portq.runtime.counters import Outcomes, WorkerCounters, WriteRetry
 from portq.runtime.execution import (
@@ -61,7 +62,7 @@ class Worker(WorkerFront):
     Options: :class:`portq.runtime.options.WorkerOptions` (the same as
     :class:`portq.aio.AsyncWorker`'s)."""
 
-    def __init__(self, queue: Queue, queues: Sequence[str] | str, handler: Handler,
+    def __init__(self, queue: Queue[Backend], queues: Sequence[str] | str, handler: Handler,
                  **options: Any) -> None:
         super().__init__(queue, queues, handler, options, log)
         self._signals = 0

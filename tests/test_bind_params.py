@@ -90,7 +90,7 @@ MYSQL_EXTRA: dict[str, frozenset[str]] = {
     name: frozenset({"ids"}) for name in (
         "claim", "reap", "prune", "retry_many", "cancel_many", "complete_many", "renew_many",
         "dep_release", "dep_cancel", "claim_key", "claim_unkeyed")}
-#: statements no call site runs any more, kept for the protocol's shape (base.py runs the
+#: statements no call site runs any more, kept for the protocol's shape (backends/sql runs the
 #: batched forms: renew -> renew_many, complete -> complete_many); their parameters are
 #: those of the fenced writes
 UNCALLED: dict[str, frozenset[str]] = {

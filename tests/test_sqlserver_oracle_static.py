@@ -59,7 +59,7 @@ SAMPLE: dict[str, Any] = {
     "meta": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
     "progress": 0.4, "note": "resized 40 of 100",
 }
-# the named statements SqlBackend (portq/backends/base.py) runs
+# the named statements SqlBackend (portq/backends/sql/) runs
 BASE_QUERIES = {"create_version_table", "schema_version", "record_version", "insert_job",
                 "set_progress",
                 "job_id_by_key", "claim", "renew", "complete", "fail", "record_error",

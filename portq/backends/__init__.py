@@ -6,7 +6,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from portq.backends.base import SqlBackend
+from portq.backends.sql import SqlBackend
 from portq.errors import DriverMissingError
 from portq.url import DatabaseURL
 

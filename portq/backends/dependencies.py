@@ -24,7 +24,7 @@ from portq.errors import ConfigurationError
 from portq.job import EnqueueResult
 
 if TYPE_CHECKING:
-    from portq.backends.base import SqlBackend
+    from portq.backends.sql.enqueue import Enqueue as SqlBackend  # the layer it needs
     from portq.protocol import NewJob
 
 #: states in which a dependency is still to finish

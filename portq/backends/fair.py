@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from portq.backends.base import SqlBackend
+    from portq.backends.sql.claim import Claiming
 
 #: turns a fair claim may spend on keys that give nothing, beyond two per job it claims
 SPARE_PROBES = 64
@@ -39,7 +39,7 @@ def fair_key(value: Any) -> str | None:
     return str(value)
 
 
-def next_key(backend: SqlBackend, cur: Any, queue: str, after: str | None) -> str | None:
+def next_key(backend: Claiming, cur: Any, queue: str, after: str | None) -> str | None:
     """The smallest key after ``after`` (None: the smallest key) with a ready job of
     ``queue``; None when there is none (the unkeyed jobs' turn)."""
     if after is None:
@@ -49,7 +49,7 @@ def next_key(backend: SqlBackend, cur: Any, queue: str, after: str | None) -> st
     return None if row is None else fair_key(row[0])
 
 
-def fair_rows(backend: SqlBackend, cur: Any, params: dict[str, Any],
+def fair_rows(backend: Claiming, cur: Any, params: dict[str, Any],
               after: Any) -> list[Sequence[Any]]:
     """Claim up to ``params["limit"]`` jobs of a fair queue round-robin across its keys,
     from the cursor ``after`` (the key served last; None: the unkeyed jobs were), in the

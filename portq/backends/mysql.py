@@ -21,7 +21,8 @@ import pymysql
 from pymysql.charset import charset_by_name
 from pymysql.constants import CLIENT
 
-from portq.backends.base import ErrorKind, SqlBackend
+from portq.backends.contract import ErrorKind
+from portq.backends.sql import SqlBackend
 from portq.errors import ConfigurationError, DatabaseError
 from portq.job import EnqueueResult, ServerInfo
 from portq.protocol import NewJob

@@ -26,7 +26,8 @@ from typing import Any
 
 import oracledb
 
-from portq.backends.base import ErrorKind, SqlBackend
+from portq.backends.contract import ErrorKind
+from portq.backends.sql import SqlBackend
 from portq.errors import ConfigurationError, DatabaseError, DriverMissingError
 from portq.job import EnqueueResult
 from portq.url import DatabaseURL

@@ -15,7 +15,9 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.types.datetime import TimestamptzLoader
 
-from portq.backends.base import POLL_IDLE_MAX, ErrorKind, SqlBackend, one_line
+from portq.backends.contract import ErrorKind
+from portq.backends.sql import SqlBackend
+from portq.backends.sql.common import POLL_IDLE_MAX, one_line
 from portq.errors import ConfigurationError, DatabaseError
 from portq.job import EnqueueResult
 from portq.pool import close_quietly

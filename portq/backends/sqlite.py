@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from portq.backends.base import EPOCH, ErrorKind, SqlBackend, utc_from_micros
+from portq.backends.contract import ErrorKind
+from portq.backends.sql import SqlBackend
+from portq.backends.sql.common import EPOCH, utc_from_micros
 from portq.errors import ConfigurationError, SchemaError
 from portq.url import DatabaseURL
 

@@ -25,7 +25,9 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from portq.backends.base import ErrorKind, SqlBackend, _scrub
+from portq.backends.contract import ErrorKind
+from portq.backends.sql import SqlBackend
+from portq.backends.sql.common import _scrub
 from portq.errors import (
     ConfigurationError,
     DatabaseError,

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import portq
 from portq.aio import AsyncQueue, AsyncWorker
-from portq.backends.base import ErrorKind
+from portq.backends.contract import ErrorKind
 from portq.conformance import NOT_APPLICABLE
 from portq.job import Job
 from portq.runtime.counters import WorkerCounters

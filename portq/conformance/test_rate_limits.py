@@ -14,7 +14,7 @@ import pytest
 
 import portq
 from portq import aio
-from portq.backends.base import rate_guard_ms
+from portq.backends.sql.limits import rate_guard_ms
 from portq.conformance.helpers import counts, quiet_worker, run_portq
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_limits import spans_of_workers

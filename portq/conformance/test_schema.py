@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import portq
-from portq.backends.base import ErrorKind
+from portq.backends.contract import ErrorKind
 from portq.conformance.helpers import counts, raw_update
 
 MALFORMED = {

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from portq.errors import ConfigurationError
 from portq.handler import HandlerRunner
 from portq.job import Job
+from portq.protocol import Backend
 from portq.queue import MAX_SNOOZES, Queue, _claim_of, validate_queue
 from portq.retry import Backoff
 from portq.runtime.counters import Outcomes, WorkerCounters, WriteRetry
@@ -76,7 +77,7 @@ class Executor(Protocol):
 class Runtime:
     """One worker's claiming, ledger, writing, leases and shutdown (see the module)."""
 
-    def __init__(self, queue: Queue, queues: Sequence[str], handler: Callable[[Job], Any],
+    def __init__(self, queue: Queue[Backend], queues: Sequence[str], handler: Callable[[Job], Any],
                  settings: Settings, *, worker_id: str, logger: logging.Logger = log) -> None:
         if not queues:
             raise ConfigurationError("a worker needs at least one queue")
@@ -177,9 +178,8 @@ class Runtime:
     def _start_threads(self) -> None:
         s = self.settings
         self._executor.start(self)
-        watch = getattr(self.queue.backend, "watch_identity", None)
-        if watch is not None:  # engines that know their server's history (PostgreSQL)
-            watch(self._history_changed)
+        # engines that know their server's history (PostgreSQL) call it on a failover
+        self.queue.backend.watch_identity(self._history_changed)
         for n in range(1, s.claimers):
             self._claim_threads.append(self._spawn(
                 functools.partial(self._claim_loop, main=False), f"portq-claim-{n}"))

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from portq.backends.base import listen_mode
 from portq.job import Job
+from portq.protocol import Backend
 from portq.queue import Queue
 from portq.registry import Registration, registration_of
 from portq.runtime.core import Runtime
@@ -40,7 +40,7 @@ class WorkerFront:
 
     _kind = ""  # "" or " (asyncio)", in the start-up line
 
-    def __init__(self, queue: Queue, queues: Sequence[str] | str,
+    def __init__(self, queue: Queue[Backend], queues: Sequence[str] | str,
                  handler: Callable[[Job], Any], options: dict[str, Any],
                  logger: logging.Logger) -> None:
         self.options = WorkerOptions.of(type(self).__name__, options)
@@ -56,7 +56,7 @@ class WorkerFront:
         self.scheduler: Scheduler | None = None
         # a pool big enough for the claim loops, the writers, the heartbeat, the reaper,
         # the registry and a few operator calls
-        queue.backend.pool.resize(self.settings.concurrency + 3 + 2 * self.settings.claimers)
+        queue.backend.resize_pool(self.settings.concurrency + 3 + 2 * self.settings.claimers)
 
     # ---- what users and tools read ------------------------------------------------------
 
@@ -173,9 +173,10 @@ class WorkerFront:
             "prefetch=%s claim_loops=%d pool=%d job_timeout=%s new_jobs=%s%s", self.worker_id,
             self.runtime.queue.backend.engine, self.runtime.queue.url, ",".join(self.queues),
             s.concurrency, s.lease, f"auto<={s.prefetch}" if s.auto_lookahead else s.prefetch,
-            s.claimers, self.runtime.queue.backend.pool.max_size,
+            s.claimers, self.runtime.queue.backend.pool_size,
             "none" if s.job_timeout is None else f"{s.job_timeout:g}s",
-            listen_mode(self.runtime.queue.backend, s.options.listen), self._kind)
+            self.runtime.queue.backend.capabilities.listen_mode if s.options.listen
+            else "polling (listen=False)", self._kind)
 
     def _log_stopped(self) -> None:
         self.log.info("worker.stopped worker=%s %s", self.worker_id,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from portq.backends.base import Listener
+from portq.protocol import Backend, Listener
 from portq.queue import Queue, duration_ms
 from portq.runtime.counters import WorkerCounters
 
@@ -33,7 +33,7 @@ class Maintenance:
     deleted in bounded batches) that a worker's main claim loop runs now and then (shared
     by both workers; the async one runs :meth:`run_due` on a thread)."""
 
-    def __init__(self, queue: Queue, counters: WorkerCounters, worker_id: str,
+    def __init__(self, queue: Queue[Backend], counters: WorkerCounters, worker_id: str,
                  logger: logging.Logger, *, reap_interval: float | None, reap_delay: float,
                  prune_interval: float | None, prune_older_than: float,
                  lease: float = 30.0) -> None:

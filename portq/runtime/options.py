@@ -17,7 +17,7 @@ from portq.runtime.middleware import Middleware
 from portq.runtime.pacing import AUTO_CLAIMERS, LOOKAHEAD_PER_CLAIMER, claim_batch
 
 if TYPE_CHECKING:
-    from portq.backends.base import SqlBackend
+    from portq.protocol import Backend
 
 #: options kept for one release; each warns and is honoured as before
 DEPRECATED = ("prefetch", "ack_delay", "claimers", "heartbeat")
@@ -98,7 +98,7 @@ class Settings:
     ack_delay: float
 
 
-def settle(options: WorkerOptions, backend: SqlBackend) -> Settings:
+def settle(options: WorkerOptions, backend: Backend) -> Settings:
     """Check ``options`` and derive the runtime's sizes for ``backend``'s engine."""
     o = options
     if backend.capabilities.in_memory:

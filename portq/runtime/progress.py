@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from portq.job import Job
 
 if TYPE_CHECKING:
-    from portq.backends.base import SqlBackend
+    from portq.protocol import Backend
 
 log = logging.getLogger("portq.worker")
 
@@ -35,7 +35,7 @@ class ProgressWriter:
 
     IDLE_S = 30.0
 
-    def __init__(self, backend: SqlBackend, interval: float = 1.0) -> None:
+    def __init__(self, backend: Backend, interval: float = 1.0) -> None:
         self.backend = backend
         self.interval = interval
         self._cond = threading.Condition()
