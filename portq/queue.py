@@ -328,7 +328,12 @@ class Queue(Generic[B]):
 
     def _insert(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """Insert ``jobs`` (in ``conn``'s transaction when given), with the enqueue hooks."""
-        dbapi = self._dbapi(conn)
+        return self.insert_on(jobs, self._dbapi(conn))
+
+    def insert_on(self, jobs: list[NewJob], dbapi: Any) -> list[EnqueueResult]:
+        """Insert validated ``jobs`` with the enqueue hooks, in the open transaction of
+        ``dbapi`` (a DB-API connection of this engine's driver, or one that behaves as
+        one: :mod:`portq.aio` bridges async connections), or in portq's own (None)."""
         if not self.hooks:
             return self.backend.enqueue_results(jobs, conn=dbapi)
         jobs, seen = self.hooks.prepare(jobs)

@@ -1,5 +1,6 @@
-"""The asyncio API on PostgreSQL (psycopg async) and SQLite (threads): the conformance
-invariants of transactional enqueue, no duplicate claims and fencing, and AsyncWorker."""
+"""The asyncio API on every engine: the conformance invariants of transactional enqueue
+(a psycopg AsyncConnection on PostgreSQL, the sync driver's connection elsewhere), no
+duplicate claims and fencing, and AsyncWorker."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import portq
 from portq import aio
 from portq.conformance.helpers import counts
 from portq.conformance.plugin import TEST_PREFIX, raw_connection
-from portq.url import parse_url
 from portq.worker import RetryAfter
 
 
@@ -300,12 +300,15 @@ def test_async_worker_registers_heartbeats_and_deregisters(async_url: str, queue
     assert after == [], "a stopped AsyncWorker must deregister"
 
 
-def test_async_worker_is_woken_by_enqueue_on_postgres(async_url: str, queue: portq.Queue,
-                                                      qname: str) -> None:
-    """On PostgreSQL the AsyncWorker's listener cuts its idle sleep short: with polls 5 s
-    apart, a job enqueued while it sleeps still starts within a second."""
-    if parse_url(async_url).engine != "postgres":
-        pytest.skip("only PostgreSQL announces new jobs (LISTEN/NOTIFY)")
+def test_async_worker_is_woken_by_enqueue(async_url: str, queue: portq.Queue,
+                                          qname: str) -> None:
+    """Where the engine has a listener (PostgreSQL's LISTEN/NOTIFY, SQLite's data_version)
+    the AsyncWorker's cuts its idle sleep short: with polls 5 s apart, a job enqueued while
+    it sleeps still starts within a second."""
+    listener = queue.backend.listener([qname])
+    if listener is None:
+        pytest.skip(f"{queue.backend.engine} announces no new jobs: workers poll")
+    listener.close()
 
     async def body(q: aio.AsyncQueue) -> float:
         started = asyncio.Event()

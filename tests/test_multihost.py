@@ -445,7 +445,7 @@ def test_async_api_takes_a_host_list_and_says_how_it_finds_jobs(
 
 def test_pgbouncer_async_pool_never_prepares_statements(
         caplog: pytest.LogCaptureFixture) -> None:
-    """portq.aio's own psycopg pool through PgBouncer: handlers outlive a 0.9 s lease, so
+    """portq.aio through PgBouncer: handlers outlive a 0.9 s lease, so
     renewals repeat far past psycopg's prepare threshold on client connections PgBouncer
     multiplexes; none is refused and nothing is lost."""
     import asyncio

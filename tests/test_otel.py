@@ -119,8 +119,7 @@ def test_a_dead_job_and_an_async_enqueue_are_traced(
         try:
             return await aq.enqueue(qname, "refuse")
         finally:
-            if aq._pool is not None:
-                await aq._pool.close()
+            await aq.close(queue=False)  # the fixture's queue stays open
     job_id = asyncio.run(enqueue())
 
     async def handler(job: Job) -> None:

@@ -59,8 +59,7 @@ def test_async_enqueue_runs_the_same_hooks(queue: portq.Queue, qname: str) -> No
             return [await aq.enqueue(qname, 1),
                     *await aq.enqueue_many([{"queue": qname, "payload": 2}])]
         finally:
-            if aq._pool is not None:
-                await aq._pool.close()
+            await aq.close(queue=False)  # the fixture's queue stays open
     ids = asyncio.run(go())
     assert seen == ids
     assert all(j.meta == {"origin": "async"} for j in queue.claim(qname, "w1", limit=5))
