@@ -66,9 +66,10 @@ SELECT 'claimed' AS kind, job_id, queue, payload, priority, attempts, max_attemp
 FROM claimed
 UNION ALL
 SELECT 'done', job_id, NULL, NULL, NULL, attempts, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM done"""
-#: the final SELECT of the ``complete_many`` statement (after its CTEs)
-COMPLETE_MANY_TAIL = "SELECT job_id, attempts FROM done"
+FROM done, announced"""
+#: the final SELECT of the ``complete_many`` statement (after its CTEs; joining the one
+#: row of ``announced`` is what runs its NOTIFY of the dependents made ready)
+COMPLETE_MANY_TAIL = "SELECT job_id, attempts FROM done, announced"
 
 
 #: libpq keepalives: the first probe after 30 s idle, then every 10 s, the connection
@@ -251,11 +252,12 @@ class PostgresBackend(SqlBackend):
 
     def channel(self, queue: str) -> str:
         """The LISTEN/NOTIFY channel of ``queue``: prefix + queue name, or prefix + its
-        SHA-1 when that is longer than PostgreSQL's 63-byte identifier limit."""
+        SHA-256's first 40 hex digits when that is longer than PostgreSQL's 63-byte
+        identifier limit (what complete_many and dep_release compute in SQL too)."""
         name = self.prefix + queue
         if len(name.encode("utf-8")) <= _MAX_IDENTIFIER_BYTES:
             return name
-        return self.prefix + hashlib.sha1(queue.encode("utf-8")).hexdigest()
+        return self.prefix + hashlib.sha256(queue.encode("utf-8")).hexdigest()[:40]
 
     def announce(self, cur: Any, queues: Sequence[str]) -> None:
         """``pg_notify`` each queue's channel; PostgreSQL delivers it at commit (and drops
