@@ -17,7 +17,9 @@ dependencies of one job ending at once serialise on the dependent's row, whose
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
@@ -177,3 +179,33 @@ def graph(backend: SqlBackend, job_id: int) -> tuple[list[tuple[int, str | None]
     before, after = backend.run("job_graph", go, write=False)
     return ([(int(i), None if s is None else state_text(s)) for i, s in before],
             [(int(i), state_text(s)) for i, s in after])
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """One side of a job's place in a workflow, bounded for display: the first ``shown``
+    jobs ``(id, state)`` by id (state None: pruned), how many ``more`` there are, and the
+    count of every one of them by state (``"pruned"`` for pruned ones)."""
+
+    shown: list[tuple[int, str | None]] = field(default_factory=list)
+    more: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+
+
+def neighbours(backend: SqlBackend, job_id: int, limit: int) -> tuple[Neighbours, Neighbours]:
+    """A job's dependencies and dependents (the dashboard's job page): at most ``limit``
+    of each kept, the rest only counted, so that a 10,000-job fan-in's callback shows a
+    page, not 10,000 nodes."""
+    def side(cur: Any, name: str) -> Neighbours:
+        shown: list[tuple[int, str | None]] = []
+        states: Counter[str] = Counter()
+        total = 0
+        for other, value in backend.execute(cur, name, {"job_id": job_id}).fetchall():
+            state = None if value is None else state_text(value)
+            states[state or "pruned"] += 1
+            total += 1
+            if len(shown) < limit:
+                shown.append((int(other), state))
+        return Neighbours(shown, total - len(shown), dict(sorted(states.items())))
+    return backend.run("job_graph", lambda cur: (side(cur, "job_dependencies"),
+                                                 side(cur, "job_dependents")), write=False)
