@@ -185,7 +185,8 @@ def _workload(queue: portq.Queue) -> None:
 
 def _dependency_workload(queue: portq.Queue) -> None:
     """Job dependencies (migration 12): a waiting job released by a completion, dependents
-    cancelled (and one run anyway) after a dead dependency, one enqueued after it died."""
+    cancelled (and one run anyway) after a dead dependency, one enqueued after it died,
+    the cancelled ones revived by a retry of the dependency."""
     first = queue.enqueue("d", 1)
     after = queue.enqueue("d", 2, depends_on=[first])
     queue.enqueue("d", 3, depends_on=[after])
@@ -197,6 +198,7 @@ def _dependency_workload(queue: portq.Queue) -> None:
     queue.fail(job, "boom", retry_in=None)
     queue.enqueue("d", 5, depends_on=[after])
     queue.backend.job_graph(after)
+    queue.retry_dead(after)  # revives the dependents its failure cancelled
 
 
 @pytest.fixture(scope="module")

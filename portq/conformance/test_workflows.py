@@ -92,3 +92,79 @@ def test_released_dependents_wake_idle_workers(queue: portq.Queue, qname: str) -
     assert took < 10.0, f"a {steps}-step chain took {took:.1f}s with 5 s idle polls"
     print(f"\n[{queue.backend.engine}] {steps}-step chain over two queues' workers, 5 s "
           f"idle polls: {took:.2f}s")
+
+
+def _record(queue: portq.Queue, job_id: int) -> tuple[str, str | None]:
+    record = queue.job(job_id)
+    assert record is not None
+    return str(record.state), record.last_error
+
+
+def _kill(queue: portq.Queue, qname: str, *job_ids: int) -> None:
+    """Claim the ready jobs of ``qname`` and fail ``job_ids`` dead (the rest are given
+    back ready)."""
+    claimed = queue.claim(qname, "w-revive", limit=100, lease=30)
+    assert {j.id for j in claimed} >= set(job_ids)
+    for j in claimed:
+        if j.id in job_ids:
+            assert queue.fail(j, "boom", retry_in=None) is True
+        else:
+            assert queue.release(j) is True
+
+
+def test_retrying_a_dead_dependency_revives_what_its_failure_cancelled(
+        queue: portq.Queue, qname: str) -> None:
+    """``retry_dead`` of a dead dependency puts the dependents its failure cancelled back
+    to waiting (transitively, reason cleared), and the workflow then runs to the end; a
+    dependent an operator cancelled, or one whose other dependency is dead too, stays
+    cancelled."""
+    a, other = queue.enqueue(qname, "a"), queue.enqueue(qname, "other")
+    b = queue.enqueue(qname, "b", depends_on=[a])
+    c = queue.enqueue(qname, "c", depends_on=[b])
+    by_operator = queue.enqueue(qname, "op", depends_on=[a])
+    both = queue.enqueue(qname, "both", depends_on=[a, other])
+    assert queue.cancel(by_operator) is True
+    _kill(queue, qname, a, other)
+    assert _record(queue, b) == ("cancelled", f"cancelled: its dependency, job {a}, ended dead")
+    assert _record(queue, c)[0] == "cancelled" and _record(queue, both)[0] == "cancelled"
+    assert queue.retry_dead(a) is True
+    assert _record(queue, b) == ("waiting", None) and _record(queue, c) == ("waiting", None)
+    assert _record(queue, by_operator)[0] == "cancelled"
+    assert _record(queue, both)[0] == "cancelled", "revived although its other dependency is dead"
+    assert counts(queue, qname)["waiting"] == 2
+    order: list[Any] = []
+
+    def handler(j: Job) -> Any:
+        order.append(j.payload)
+        return j.payload
+    worker = quiet_worker(queue, qname, handler, concurrency=2, idle_max=0.05)
+    with running(worker):
+        assert wait_until(lambda: _record(queue, c)[0] == "succeeded", timeout=60), \
+            counts(queue, qname)
+    assert order == ["a", "b", "c"]
+    assert queue.dependency_results(c) == {b: "b"}
+    assert _record(queue, by_operator)[0] == "cancelled" and _record(queue, both)[0] == \
+        "cancelled"
+
+
+def test_retry_many_revives_dependents_and_a_later_failure_cancels_them_again(
+        queue: portq.Queue, qname: str) -> None:
+    """``retry_many`` (the CLI's and the dashboard's bulk retry) revives as ``retry_dead``
+    does, in its batch's transaction; the revived dependents are real dependents again: a
+    second failure of the dependency cancels them again, and a second retry revives them
+    again. A fan-in whose every failed dependency is retried in one batch waits again."""
+    fan = [queue.enqueue(qname, f"f{i}") for i in range(3)]
+    callback = queue.enqueue(f"{qname}-cb", "callback", depends_on=fan)
+    _kill(queue, qname, fan[0], fan[1])
+    assert _record(queue, callback) == (
+        "cancelled", f"cancelled: its dependency, job {fan[0]}, ended dead")
+    assert queue.retry_many(qname, states=("dead",), limit=10) == 2
+    assert _record(queue, callback) == ("waiting", None)
+    _kill(queue, qname, fan[0])
+    assert _record(queue, callback)[0] == "cancelled"
+    assert queue.retry_many(qname, states=("dead",), limit=10) == 1
+    assert _record(queue, callback) == ("waiting", None)
+    done = queue.claim(qname, "w-revive", limit=10, lease=30)
+    assert sorted(j.id for j in done) == fan
+    assert queue.complete_many(done) == [True] * 3
+    assert _record(queue, callback)[0] == "ready"
