@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from portq.engines import SQLALCHEMY_DIALECTS
 from portq.errors import ConfigurationError
 
 
@@ -52,8 +53,7 @@ def dbapi_connection(obj: Any) -> Any:
 
 
 #: SQLAlchemy dialect name -> portq engine, for async connections
-DIALECT_ENGINES = {"postgresql": "postgres", "sqlite": "sqlite", "mysql": "mysql",
-                   "mariadb": "mysql", "mssql": "sqlserver", "oracle": "oracle"}
+DIALECT_ENGINES = SQLALCHEMY_DIALECTS
 #: async drivers portq.aio can write through, per engine (docs/operations.md)
 ASYNC_DRIVERS = {"postgres": ("psycopg",), "sqlite": ("aiosqlite",),
                  "mysql": ("aiomysql", "asyncmy")}

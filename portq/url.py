@@ -7,26 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
 
+from portq import engines as registry
 from portq.errors import ConfigurationError
 
-# scheme (with optional +driver) -> (engine, accepted driver names)
-ENGINES: dict[str, str] = {
-    "sqlite": "sqlite",
-    "postgresql": "postgres",
-    "postgres": "postgres",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "mssql": "sqlserver",
-    "sqlserver": "sqlserver",
-    "oracle": "oracle",
-}
-DRIVERS: dict[str, frozenset[str]] = {
-    "sqlite": frozenset({"pysqlite", "sqlite3"}),
-    "postgres": frozenset({"psycopg", "psycopg3"}),
-    "mysql": frozenset({"pymysql"}),
-    "sqlserver": frozenset({"pyodbc", "mssqlpython"}),
-    "oracle": frozenset({"oracledb"}),
-}
+#: scheme (with optional +driver) -> engine, and each engine's accepted +driver names
+ENGINES: dict[str, str] = dict(registry.SCHEMES)
+DRIVERS: dict[str, frozenset[str]] = {e.name: frozenset(e.url_drivers)
+                                      for e in registry.ENGINES}
 _SCHEME = re.compile(r"^([a-z][a-z0-9]*)(?:\+([a-z0-9_]+))?$")
 #: URL query options whose value is a secret (password=, pwd=, PWD=, wallet_password=, ...)
 _SECRET_OPTION = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)

@@ -29,10 +29,11 @@ import pytest
 
 import portq
 from portq.backends.base import SqlBackend
+from portq.engines import NAMES
 from portq.job import WorkerInfo
 from portq.sql import bind, load_queries
 
-ENGINES = ("sqlite", "postgres", "mysql", "sqlserver", "oracle")
+ENGINES = NAMES
 STYLES = {"sqlite": "qmark", "postgres": "pyformat", "mysql": "pyformat",
           "sqlserver": "qmark", "oracle": "named"}
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
