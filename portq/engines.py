@@ -42,9 +42,15 @@ class Engine:
     #: (None: a container, or the reason it is skipped)
     test_url_env: str | None
     default_test_url: str | None
+    #: how ``portq bench`` reads the plan of its claim (a reader in portq/bench/plans.py;
+    #: None: no reader), and the server's process names whose CPU it samples
+    bench_plan: str | None
+    server_processes: tuple[str, ...]
     #: True when a server runs here and the suite exercises it; False: written from the
     #: vendor's documentation and statically tested (docs/engines.md)
     live_here: bool
+    #: True when a URL names a file, not a server (no server processes, one writer at a time)
+    file_based: bool = False
 
     @property
     def dialect_dir(self) -> str:
@@ -67,34 +73,43 @@ ENGINES: tuple[Engine, ...] = (
            sqlalchemy_dialects=("sqlite",), sqlglot_dialect="sqlite",
            sqlglot_paramstyle="qmark",
            image=None, compose_services=(), test_url_env=None, default_test_url=None,
-           live_here=True),
+           bench_plan="sqlite-query-plan", server_processes=(),
+           live_here=True, file_based=True),
     Engine(name="postgres", label="PostgreSQL", schemes=("postgresql", "postgres"),
            url_drivers=("psycopg", "psycopg3"), driver="psycopg", extra="postgres",
            backend="portq.backends.postgres:PostgresBackend", django_vendor="postgresql",
            sqlalchemy_dialects=("postgresql",), sqlglot_dialect="postgres",
            sqlglot_paramstyle="qmark", image="postgres:18", compose_services=("postgres",),
            test_url_env="PORTQ_TEST_PG_URL",
-           default_test_url="postgresql://postgres@127.0.0.1:5432/test", live_here=True),
+           default_test_url="postgresql://postgres@127.0.0.1:5432/test",
+           bench_plan="postgres-json", server_processes=("postgres",),
+           live_here=True),
     Engine(name="mysql", label="MySQL/MariaDB", schemes=("mysql", "mariadb"),
            url_drivers=("pymysql",), driver="pymysql", extra="mysql",
            backend="portq.backends.mysql:MysqlBackend", django_vendor="mysql",
            sqlalchemy_dialects=("mysql", "mariadb"), sqlglot_dialect="mysql",
-           sqlglot_paramstyle="qmark", image="mysql:8.4", compose_services=("mysql", "mariadb"),
+           sqlglot_paramstyle="qmark", image="mysql:8.4",
+           compose_services=("mysql", "mariadb"),
            test_url_env="PORTQ_TEST_MYSQL_URL",
-           default_test_url="mysql://root@127.0.0.1:3306/test", live_here=True),
+           default_test_url="mysql://root@127.0.0.1:3306/test", bench_plan="mysql-json",
+           server_processes=("mariadbd", "mysqld"),
+           live_here=True),
     Engine(name="sqlserver", label="SQL Server", schemes=("mssql", "sqlserver"),
            url_drivers=("pyodbc", "mssqlpython"), driver="pyodbc", extra="sqlserver",
            backend="portq.backends.sqlserver:SqlServerBackend", django_vendor="microsoft",
            sqlalchemy_dialects=("mssql",), sqlglot_dialect="tsql",
            sqlglot_paramstyle="qmark",
            image="mcr.microsoft.com/mssql/server:2022-latest", compose_services=("mssql",),
-           test_url_env="PORTQ_TEST_MSSQL_URL", default_test_url=None, live_here=False),
+           test_url_env="PORTQ_TEST_MSSQL_URL", default_test_url=None, bench_plan=None,
+           server_processes=(),
+           live_here=False),
     Engine(name="oracle", label="Oracle", schemes=("oracle",), url_drivers=("oracledb",),
            driver="oracledb", extra="oracle", backend="portq.backends.oracle:OracleBackend",
            django_vendor="oracle", sqlalchemy_dialects=("oracle",), sqlglot_dialect="oracle",
            sqlglot_paramstyle="named", image="gvenzl/oracle-free:23-slim-faststart",
            compose_services=("oracle",), test_url_env="PORTQ_TEST_ORACLE_URL",
-           default_test_url=None, live_here=False),
+           default_test_url=None, bench_plan=None, server_processes=(),
+           live_here=False),
 )
 #: engine name -> its record
 BY_NAME: dict[str, Engine] = {e.name: e for e in ENGINES}
