@@ -662,7 +662,7 @@ def test_container_url_without_docker_returns_none_at_once() -> None:
     assert time.monotonic() - began < 5
 
 
-@pytest.mark.parametrize("engine", ["postgres", "sqlite", "mysql", "sqlserver", "oracle"])
+@pytest.mark.parametrize("engine", [e.name for e in REGISTRY])
 @pytest.mark.parametrize("name", ["jobs", "jobs_newest", "jobs_by_run_at"])
 def test_payload_search_escapes_like_with_the_character_portq_escapes(engine: str,
                                                                      name: str) -> None:
