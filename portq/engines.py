@@ -28,8 +28,10 @@ class Engine:
     backend: str
     #: Django's ``connection.vendor`` for it (MariaDB's is ``mysql``)
     django_vendor: str
-    #: SQLAlchemy dialect names (``Dialect.name``) that connect to it
+    #: SQLAlchemy dialect names (``Dialect.name``) that connect to it, and the async
+    #: drivers of those whose connections portq.aio can write through
     sqlalchemy_dialects: tuple[str, ...]
+    sqlalchemy_async_drivers: tuple[str, ...]
     #: sqlglot's dialect name, and the placeholder style sqlglot reads in it (the static
     #: SQL tests bind the dialect's statements so before parsing them)
     sqlglot_dialect: str
@@ -70,7 +72,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine(name="sqlite", label="SQLite", schemes=("sqlite",),
            url_drivers=("pysqlite", "sqlite3"), driver=None, extra="sqlite",
            backend="portq.backends.sqlite:SqliteBackend", django_vendor="sqlite",
-           sqlalchemy_dialects=("sqlite",), sqlglot_dialect="sqlite",
+           sqlalchemy_dialects=("sqlite",),
+           sqlalchemy_async_drivers=("aiosqlite",), sqlglot_dialect="sqlite",
            sqlglot_paramstyle="qmark",
            image=None, compose_services=(), test_url_env=None, default_test_url=None,
            bench_plan="sqlite-query-plan", server_processes=(),
@@ -78,7 +81,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine(name="postgres", label="PostgreSQL", schemes=("postgresql", "postgres"),
            url_drivers=("psycopg", "psycopg3"), driver="psycopg", extra="postgres",
            backend="portq.backends.postgres:PostgresBackend", django_vendor="postgresql",
-           sqlalchemy_dialects=("postgresql",), sqlglot_dialect="postgres",
+           sqlalchemy_dialects=("postgresql",),
+           sqlalchemy_async_drivers=("psycopg",), sqlglot_dialect="postgres",
            sqlglot_paramstyle="qmark", image="postgres:18", compose_services=("postgres",),
            test_url_env="PORTQ_TEST_PG_URL",
            default_test_url="postgresql://postgres@127.0.0.1:5432/test",
@@ -87,7 +91,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine(name="mysql", label="MySQL/MariaDB", schemes=("mysql", "mariadb"),
            url_drivers=("pymysql",), driver="pymysql", extra="mysql",
            backend="portq.backends.mysql:MysqlBackend", django_vendor="mysql",
-           sqlalchemy_dialects=("mysql", "mariadb"), sqlglot_dialect="mysql",
+           sqlalchemy_dialects=("mysql", "mariadb"),
+           sqlalchemy_async_drivers=("aiomysql", "asyncmy"), sqlglot_dialect="mysql",
            sqlglot_paramstyle="qmark", image="mysql:8.4",
            compose_services=("mysql", "mariadb"),
            test_url_env="PORTQ_TEST_MYSQL_URL",
@@ -97,7 +102,8 @@ ENGINES: tuple[Engine, ...] = (
     Engine(name="sqlserver", label="SQL Server", schemes=("mssql", "sqlserver"),
            url_drivers=("pyodbc", "mssqlpython"), driver="pyodbc", extra="sqlserver",
            backend="portq.backends.sqlserver:SqlServerBackend", django_vendor="microsoft",
-           sqlalchemy_dialects=("mssql",), sqlglot_dialect="tsql",
+           sqlalchemy_dialects=("mssql",),
+           sqlalchemy_async_drivers=(), sqlglot_dialect="tsql",
            sqlglot_paramstyle="qmark",
            image="mcr.microsoft.com/mssql/server:2022-latest", compose_services=("mssql",),
            test_url_env="PORTQ_TEST_MSSQL_URL", default_test_url=None, bench_plan=None,
@@ -105,7 +111,8 @@ ENGINES: tuple[Engine, ...] = (
            live_here=False),
     Engine(name="oracle", label="Oracle", schemes=("oracle",), url_drivers=("oracledb",),
            driver="oracledb", extra="oracle", backend="portq.backends.oracle:OracleBackend",
-           django_vendor="oracle", sqlalchemy_dialects=("oracle",), sqlglot_dialect="oracle",
+           django_vendor="oracle", sqlalchemy_dialects=("oracle",),
+           sqlalchemy_async_drivers=(), sqlglot_dialect="oracle",
            sqlglot_paramstyle="named", image="gvenzl/oracle-free:23-slim-faststart",
            compose_services=("oracle",), test_url_env="PORTQ_TEST_ORACLE_URL",
            default_test_url=None, bench_plan=None, server_processes=(),

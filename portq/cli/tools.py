@@ -11,6 +11,7 @@ import time
 
 import portq
 from portq.cli.common import Commands, cell, positive, print_table, url_of
+from portq.engines import engine as engine_record
 from portq.errors import ConfigurationError
 from portq.job import Job
 from portq.worker import Worker
@@ -26,7 +27,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     except ModuleNotFoundError:
         raise ConfigurationError(
             "portq conformance runs on pytest, which is not installed; install it with: "
-            f"pip install 'portq[{engine}]' (or: pip install 'pytest>=8')") from None
+            f"pip install 'portq[{engine_record(engine).extra}]' (or: pip install "
+            "'pytest>=8')") from None
 
     from portq.conformance.runner import run_conformance
     return run_conformance(url, prefix=args.prefix, keep=args.keep,
