@@ -7,7 +7,9 @@ import re
 from portq.durations import UNITS, format_duration
 from portq.errors import ConfigurationError
 
-RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
+#: ``N/PERIOD``; the period's units are the durations' (:data:`portq.durations.UNITS`)
+RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(" +
+                  "|".join(sorted(UNITS, key=len, reverse=True)) + r")\s*$")
 
 
 def parse_rate(text: str) -> tuple[int, float] | None:
@@ -19,7 +21,7 @@ def parse_rate(text: str) -> tuple[int, float] | None:
     if not match:
         raise ConfigurationError(
             f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
-            "(units ms, s, m, h, d), or none")
+            f"(units {', '.join(UNITS)}), or none")
     n, amount, unit = int(match[1]), match[2] or "1", match[3]
     try:
         seconds = float(amount) * UNITS[unit]
