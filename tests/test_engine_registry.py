@@ -34,7 +34,7 @@ def test_the_section_lists_the_registry_first_and_every_per_engine_file() -> Non
     assert places[0] == "portq/engines.py"
     assert {"dialects/<engine>/schema.sql", "dialects/<engine>/queries.sql",
             "portq/backends/<engine>.py", "pyproject.toml", "compose/docker-compose.yml",
-            "docs/engines.md"} <= set(places)
+            "compose/run-conformance.sh", "docs/engines.md"} <= set(places)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=NAMES)
@@ -55,6 +55,9 @@ def test_every_listed_place_exists_for_every_engine(engine: engines.Engine) -> N
     compose = (ROOT / "compose" / "docker-compose.yml").read_text()
     for service in engine.compose_services:
         assert re.search(rf"^  {re.escape(service)}:$", compose, re.MULTILINE), service
+    urls = re.findall(r'^  "([a-z]+)://', (ROOT / "compose" / "run-conformance.sh").read_text(),
+                      re.MULTILINE)
+    assert bool(engine.compose_services) == any(u in engine.schemes for u in urls), urls
     headings = re.findall(r"^## (.+)$", (ROOT / "docs" / "engines.md").read_text(),
                           re.MULTILINE)
     assert any(h.startswith(engine.label.split("/")[0]) for h in headings), engine.label
