@@ -78,7 +78,7 @@ class DatabaseURL:
 
     def redacted(self) -> str:
         """The URL with any password replaced by ``***``."""
-        if self.engine == "sqlite":
+        if registry.BY_NAME[self.engine].file_based:
             return f"{self.scheme}:///{self.path}"
         auth = ""
         if self.username is not None:
@@ -142,7 +142,7 @@ def parse_url(url: str) -> DatabaseURL:
             f"unsupported driver {driver!r} for {base}; portq uses "
             f"{' or '.join(sorted(DRIVERS[engine]))}: write {base}+"
             f"{sorted(DRIVERS[engine])[0]}://... (the same URL serves portq.aio)")
-    if engine == "sqlite":
+    if registry.BY_NAME[engine].file_based:   # SQLite: a path, not a server
         return _parse_sqlite(raw_scheme.lower(), rest, url)
     if "#" in rest:
         raise ConfigurationError(

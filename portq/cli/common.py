@@ -13,6 +13,7 @@ from typing import Any
 
 import portq
 from portq.durations import format_duration, parse_duration_text
+from portq.engines import engine as engine_record
 from portq.errors import ConfigurationError
 
 DEFAULT_PREFIX = "portq_"
@@ -125,7 +126,7 @@ def open_queue(args: argparse.Namespace, *, create: bool = False) -> portq.Queue
 def refuse_missing_sqlite_file(url: str) -> None:
     """A clear error when ``url`` names a SQLite file that does not exist."""
     parsed = portq.url.parse_url(url)
-    if parsed.engine == "sqlite" and parsed.path != ":memory:" and \
+    if engine_record(parsed.engine).file_based and parsed.path != ":memory:" and \
             not os.path.exists(parsed.path):
         raise ConfigurationError(f"no SQLite database at {parsed.path} (a typo? "
                                  "`portq migrate URL` creates it)")

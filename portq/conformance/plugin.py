@@ -326,6 +326,5 @@ def raw_connection(queue: portq.Queue) -> Any:
     application would hold it (the caller closes it)."""
     backend = queue.backend
     conn = backend.connect()
-    if backend.engine == "sqlite":
-        conn.execute("BEGIN")
+    backend.begin(conn, write=False)   # SQLite's connections are in autocommit
     return conn
