@@ -172,6 +172,3 @@ def _scrub_args(args: argparse.Namespace, text: str) -> str:
     except ConfigurationError:
         return text
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

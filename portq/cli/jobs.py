@@ -100,11 +100,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 def cmd_workflow(args: argparse.Namespace) -> int:
     """``portq workflow URL ID``: the jobs linked to ID by dependencies, either way."""
     from portq.workflow import graph
-    ids = job_ids(args)
-    if len(ids) != 1:
-        raise ConfigurationError("give exactly one job id")
+    job_id = _one_job_id(args)
     with open_queue(args) as q:
-        nodes = graph(q, ids[0])
+        nodes = graph(q, job_id)
     if args.json:
         print(json.dumps(nodes, indent=2))
         return 0
@@ -114,16 +112,22 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_job(args: argparse.Namespace) -> int:
+def _one_job_id(args: argparse.Namespace) -> int:
+    """The one JOB_ID of ``portq job`` / ``portq workflow``."""
     ids = job_ids(args)
     if len(ids) != 1:
         raise ConfigurationError("give exactly one job id")
+    return ids[0]
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    job_id = _one_job_id(args)
     with open_queue(args) as q:
-        record = q.job(ids[0])
-        errors = q.error_history(ids[0]) if record is not None else []
-        result = q.result(ids[0]) if record is not None else None
+        record = q.job(job_id)
+        errors = q.error_history(job_id) if record is not None else []
+        result = q.result(job_id) if record is not None else None
     if record is None:
-        print(f"portq: error: no such job {ids[0]}", file=sys.stderr)
+        print(f"portq: error: no such job {job_id}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({**record.as_dict(), "result": result,
