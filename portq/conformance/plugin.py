@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="database URL to run the conformance suite against (repeatable)")
     group.addoption("--portq-require", default=os.environ.get("PORTQ_REQUIRE_ENGINES", ""),
                     help="comma-separated engines whose tests must run (fail, not skip, "
-                         "when unreachable): sqlite,postgres,mysql,sqlserver,oracle, or the "
+                         f"when unreachable): {','.join(e.name for e in ENGINES)}, or the "
                          "extra targets postgres18, mysql8.4, sqlserver-rcsi")
     group.addoption("--portq-prefix", default=TEST_PREFIX,
                     help=f"table prefix of the suite's tables (default {TEST_PREFIX})")
