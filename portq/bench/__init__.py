@@ -24,6 +24,8 @@ Every statement it runs beyond the backend's own comes from ``dialects/<engine>/
 ``benchmarks/``. The ``portqb_`` tables are dropped afterwards.
 """
 
+from __future__ import annotations
+
 from portq.bench.claims import (
                                 DEFAULT_SIZES,
                                 KEYED_JOBS,

@@ -1,6 +1,7 @@
 """Claim cost as the table grows: the real claim timed in rolled-back transactions, plain,
 under a queue limit and with per-key limits, and its plan."""
 
+from __future__ import annotations
 
 import statistics
 import time

@@ -1,6 +1,7 @@
 """Jobs flowing: enqueue rates, claim + complete throughput with the sync Worker or the
 AsyncWorker, and pickup latency of an idle worker."""
 
+from __future__ import annotations
 
 import functools
 import math

@@ -2,6 +2,7 @@
 workers, of the server's processes and of the machine (/proc), the server's counters, and
 what bounded each run."""
 
+from __future__ import annotations
 
 import logging
 import math

@@ -1,6 +1,7 @@
 """The ceiling of portq's SQL on an engine: threads looping over the backend's own claim and
 completion statements on DB-API connections of their own (no pool, no Worker)."""
 
+from __future__ import annotations
 
 import functools
 import json
@@ -51,6 +52,81 @@ def complete_claim_sql(backend: SqlBackend) -> str | None:
                            claim=backend.queries["claim"].strip().rstrip(";"))
 
 
+class _RawLoop:
+    """One thread of :func:`raw_throughput_run`: a DB-API connection of its own looping
+    over claim and completion until a claim comes back empty."""
+
+    def __init__(self, backend: SqlBackend, queue: str, batch: int, complete: str,
+                 slot: int) -> None:
+        self.backend, self.complete = backend, complete
+        self.worker_id = f"raw-{slot}"
+        self.params = {**claim_params(queue, batch), "worker_id": self.worker_id}
+        self.combined = complete_claim_sql(backend) if complete == "complete_claim" else None
+        self.done = self.retries = 0
+        # each statement of the loop is its whole transaction: sent as the Worker sends it
+        # (in autocommit where the backend runs one-statement operations so)
+        self.auto = backend.autocommit_single
+
+    def tx(self, conn: Any, fn: Callable[[], T]) -> T:
+        """``fn`` in a transaction, run again after a transient conflict."""
+        while True:
+            if not self.auto:
+                self.backend.begin(conn, True)
+            try:
+                result = fn()
+                conn.commit()
+                return result
+            except Exception as exc:
+                conn.rollback()
+                if self.backend.classify(exc) is not ErrorKind.RETRYABLE:
+                    raise
+                self.retries += 1
+
+    def guard(self, row: Sequence[Any]) -> dict[str, Any]:
+        return {"job_id": row[0], "generation": row[GENERATION_COLUMN],
+                "worker_id": self.worker_id}
+
+    def complete_one(self, cur: Any, guard: dict[str, Any]) -> int:
+        """One job's completion: 1 when it was still this loop's, else 0."""
+        return int(self.backend.execute(cur, "complete", guard).rowcount)
+
+    def complete_claim(self, cur: Any, claims: str) -> list[Sequence[Any]]:
+        """The batch's completion and the next claim in one statement."""
+        rows = self.backend.execute(cur, str(self.combined), {**self.params, "claims": claims})
+        claimed = []
+        for kind, *row in rows.fetchall():
+            if kind == "done":
+                self.done += 1
+            else:
+                claimed.append(row)
+        return claimed
+
+    def run(self) -> None:
+        backend = self.backend
+        conn = backend.connect()
+        cur = conn.cursor()
+        if self.auto:
+            backend.set_autocommit(conn, True)
+        try:
+            rows = self.tx(conn, lambda: backend.claim_rows(cur, self.params))
+            while rows:
+                guards = json.dumps([self.guard(row) for row in rows])
+                if self.complete == "complete_claim":
+                    rows = self.tx(conn, functools.partial(self.complete_claim, cur, guards))
+                    continue
+                if self.complete == "complete_many":
+                    self.done += len(self.tx(conn, functools.partial(
+                        backend.fenced_rows, cur, "complete_many", {"claims": guards})))
+                else:
+                    for row in rows:
+                        self.done += self.tx(conn, functools.partial(
+                            self.complete_one, cur, self.guard(row)))
+                rows = self.tx(conn, lambda: backend.claim_rows(cur, self.params))
+        finally:
+            close_quietly(cur)
+            close_quietly(conn)
+
+
 def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
                        complete: str = "complete_many") -> dict[str, Any]:
     """The ceiling of portq's SQL on any engine: ``workers`` threads, each with a DB-API
@@ -70,80 +146,17 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     settle(backend)
     name = f"bench-raw-{uuid.uuid4().hex[:8]}"
     bulk_enqueue(queue, name, jobs)
-    done, retries = [0] * workers, [0] * workers
+    loops = [_RawLoop(backend, name, batch, complete, slot) for slot in range(workers)]
     errors: list[BaseException] = []
 
-    def loop(slot: int) -> None:
+    def run(loop: _RawLoop) -> None:
         try:
-            run_loop(slot)
+            loop.run()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller below
             errors.append(exc)
 
-    def run_loop(slot: int) -> None:
-        worker_id = f"raw-{slot}"
-        conn = backend.connect()
-        cur = conn.cursor()
-
-        # each statement of the loop is its whole transaction: sent as the Worker sends it
-        # (in autocommit where the backend runs one-statement operations so)
-        auto = backend.autocommit_single
-        if auto:
-            backend.set_autocommit(conn, True)
-
-        def tx(fn: Callable[[], T]) -> T:
-            while True:
-                if not auto:
-                    backend.begin(conn, True)
-                try:
-                    result = fn()
-                    conn.commit()
-                    return result
-                except Exception as exc:
-                    conn.rollback()
-                    if backend.classify(exc) is not ErrorKind.RETRYABLE:
-                        raise
-                    retries[slot] += 1
-
-        def guards(rows: Sequence[Sequence[Any]]) -> str:
-            return json.dumps([{"job_id": row[0], "generation": row[GENERATION_COLUMN],
-                                "worker_id": worker_id} for row in rows])
-
-        def complete_one(guard: dict[str, Any]) -> int:
-            return int(backend.execute(cur, "complete", guard).rowcount)
-
-        def complete_claim(claims: str) -> list[Sequence[Any]]:
-            rows = backend.execute(cur, str(combined), {**params, "claims": claims})
-            claimed = []
-            for kind, *row in rows.fetchall():
-                if kind == "done":
-                    done[slot] += 1
-                else:
-                    claimed.append(row)
-            return claimed
-
-        params = {**claim_params(name, batch), "worker_id": worker_id}
-        combined = complete_claim_sql(backend) if complete == "complete_claim" else None
-        try:
-            rows = tx(lambda: backend.claim_rows(cur, params))
-            while rows:
-                if complete == "complete_claim":
-                    rows = tx(functools.partial(complete_claim, guards(rows)))
-                    continue
-                if complete == "complete_many":
-                    done[slot] += len(tx(functools.partial(backend.fenced_rows, cur, complete,
-                                                           {"claims": guards(rows)})))
-                else:
-                    for row in rows:
-                        guard = {"job_id": row[0], "generation": row[GENERATION_COLUMN],
-                                 "worker_id": worker_id}
-                        done[slot] += tx(functools.partial(complete_one, guard))
-                rows = tx(lambda: backend.claim_rows(cur, params))
-        finally:
-            close_quietly(cur)
-            close_quietly(conn)
-
-    threads = [threading.Thread(target=loop, args=(i,), name=f"portq-bench-raw-{i}")
-               for i in range(workers)]
+    threads = [threading.Thread(target=run, args=(loop,), name=f"portq-bench-raw-{i}")
+               for i, loop in enumerate(loops)]
     started = time.perf_counter()
     for t in threads:
         t.start()
@@ -153,6 +166,8 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     clear_queue(queue, name, jobs + 1)
     if errors:
         raise errors[0]
+    done = sum(loop.done for loop in loops)
     return {"engine": backend.engine, "complete": complete, "workers": workers,
-            "batch": batch, "jobs": jobs, "succeeded": sum(done), "retries": sum(retries),
-            "seconds": round(elapsed, 4), "jobs_per_s": round(sum(done) / elapsed, 1)}
+            "batch": batch, "jobs": jobs, "succeeded": done,
+            "retries": sum(loop.retries for loop in loops),
+            "seconds": round(elapsed, 4), "jobs_per_s": round(done / elapsed, 1)}

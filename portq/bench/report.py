@@ -1,6 +1,7 @@
 """``portq bench URL``: the scenarios run against an engine in portqb_ tables (dropped
 afterwards) and the report."""
 
+from __future__ import annotations
 
 import contextlib
 import json
