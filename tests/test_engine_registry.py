@@ -34,7 +34,8 @@ def test_the_section_lists_the_registry_first_and_every_per_engine_file() -> Non
     assert places[0] == "portq/engines.py"
     assert {"dialects/<engine>/schema.sql", "dialects/<engine>/queries.sql",
             "portq/backends/<engine>.py", "pyproject.toml", "compose/docker-compose.yml",
-            "compose/run-conformance.sh", "docs/engines.md"} <= set(places)
+            "compose/run-conformance.sh", "docs/engines.md",
+            "portq/conformance/containers.py"} <= set(places)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=NAMES)
@@ -67,7 +68,8 @@ def test_every_reader_covers_every_engine_and_nothing_else() -> None:
     assert set(BACKENDS) == set(NAMES)
     assert set(url.ENGINES.values()) == set(NAMES) == set(url.DRIVERS)
     assert set(plugin.ENGINE_LABELS) == set(NAMES)
-    assert set(containers.IMAGES) == {e.name for e in ENGINES if e.image}
+    assert set(containers.IMAGES) == {e.name for e in ENGINES if e.image} == \
+        set(containers._STARTERS)
     assert set(sqla.DIALECT_ENGINES.values()) == set(NAMES)
     assert len(engines.DJANGO_VENDORS) == len(NAMES)
     for engine in ENGINES:
