@@ -39,6 +39,7 @@ from portq.errors import (
 from portq.job import (
     STATS_WINDOW_S,
     Claim,
+    DependencyReader,
     EnqueueResult,
     Job,
     JobError,
@@ -164,6 +165,8 @@ class SqlBackend(Backend):
         self._keyed_until: dict[str, float] = {}
         self._identity: ServerIdentity | None = None
         self._identity_watchers: list[Callable[[ServerIdentity, ServerIdentity], object]] = []
+        #: how the jobs this backend claims read their dependencies' results
+        self._dependency_reader = DependencyReader(self.dependency_results)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url.redacted()!r}, prefix={self.prefix!r})"
@@ -795,14 +798,14 @@ class SqlBackend(Backend):
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
-        job = Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
-                  attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-                  priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                  start_by=start_by, leased_at=leased_at,
-                  timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
-                  run_at=self.from_db_time(run_at), meta=self.load_meta(meta))
-        job._deps.read = self.dependency_results
-        return job
+        return Job.claimed(
+            id=int(job_id), queue=queue, payload=self.load_payload(payload),
+            attempt=int(attempts), max_attempts=int(max_attempts), key=key,
+            priority=int(priority), claim=claim, concurrency_key=concurrency_key,
+            start_by=start_by, leased_at=leased_at,
+            timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
+            run_at=self.from_db_time(run_at), meta=self.load_meta(meta),
+            deps=self._dependency_reader)
 
     def load_meta(self, value: Any) -> dict[str, str]:
         """A job's stored ``meta`` (JSON text, or None) as a dict of strings."""
