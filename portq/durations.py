@@ -29,6 +29,16 @@ def parse_duration_text(text: str) -> float:
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
+def format_duration(seconds: float) -> str:
+    """Seconds in the largest unit up to days that holds them whole: 604800 -> ``'7d'``,
+    0.25 -> ``'250ms'``."""
+    for unit in ("d", "h", "m", "s", "ms"):
+        count = seconds / UNITS[unit]
+        if count >= 1 and abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{seconds:g}s"
+
+
 def seconds_of(value: Any, what: str) -> float:
     """``value`` (seconds, a timedelta or text with a unit) as finite seconds >= 0, or a
     :class:`ConfigurationError` naming ``what``."""

@@ -12,7 +12,8 @@
     queue.add_enqueue_hook(before=add_tenant, after=audit)
 
 A ``before`` hook runs for each job of an enqueue (``enqueue``, ``enqueue_many``, a task's
-``enqueue``, :class:`portq.aio.AsyncQueue`'s, the Django backend's), in the order hooks
+``enqueue``, :class:`portq.aio.AsyncQueue`'s, the Django backend's, each job of a
+:func:`portq.workflow.enqueue`), in the order hooks
 were added, before anything is written: it may add strings to ``job.meta`` (stored with the
 job, at most 4000 bytes of JSON, read by the worker as :attr:`portq.Job.meta`), and what it
 raises aborts the enqueue. An ``after`` hook runs for each job once the insert returned

@@ -1,4 +1,4 @@
-"""The claim protocol every backend implements (DESIGN.md). No SQL lives here.
+"""The claim protocol every backend implements (docs/design.md). No SQL lives here.
 
 Durations are milliseconds and are added to the *database* clock by the SQL itself;
 no deadline is ever computed from a worker's clock.

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
+from portq.durations import UNITS, format_duration
 from portq.errors import ConfigurationError
 
-PERIOD_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(ms|s|m|h|d)\s*$")
+#: ``N/PERIOD``; the period's units are the durations' (:data:`portq.durations.UNITS`)
+RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*\.?\d*)\s*(" +
+                  "|".join(sorted(UNITS, key=len, reverse=True)) + r")\s*$")
 
 
 def parse_rate(text: str) -> tuple[int, float] | None:
@@ -19,10 +21,10 @@ def parse_rate(text: str) -> tuple[int, float] | None:
     if not match:
         raise ConfigurationError(
             f"{text!r} is not a rate: give N/PERIOD such as 50/2s, 100/1m or 1000/1h "
-            "(units ms, s, m, h, d), or none")
+            f"(units {', '.join(UNITS)}), or none")
     n, amount, unit = int(match[1]), match[2] or "1", match[3]
     try:
-        seconds = float(amount) * PERIOD_UNITS[unit]
+        seconds = float(amount) * UNITS[unit]
     except ValueError:
         seconds = 0.0
     if n < 1 or not 0.01 <= seconds <= 366 * 86400:
@@ -32,10 +34,5 @@ def parse_rate(text: str) -> tuple[int, float] | None:
 
 
 def period_text(seconds: float | None) -> str:
-    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    return f"{seconds * 1000:g}ms"
+    """A period as the shortest of ``2s``, ``1m``, ``1h``, ``1d``, ``250ms``; ``-`` for none."""
+    return "-" if seconds is None else format_duration(seconds)

@@ -65,9 +65,11 @@ def _read(engine: str, filename: str) -> str:
         raise ConfigurationError(f"no SQL file {filename} for engine {engine!r}") from None
 
 
-def load_queries(engine: str, prefix: str = "portq_") -> dict[str, str]:
-    """Named statements of ``dialects/<engine>/queries.sql``, with the prefix applied."""
-    text = _read(engine, "queries.sql")
+def load_queries(engine: str, prefix: str = "portq_",
+                 filename: str = "queries.sql") -> dict[str, str]:
+    """Named statements of ``dialects/<engine>/queries.sql`` (or ``filename`` beside it,
+    such as ``bench.sql``), with the prefix applied."""
+    text = _read(engine, filename)
     out: dict[str, str] = {}
     matches = list(_NAME_LINE.finditer(text))
     for i, m in enumerate(matches):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from portq.engines import ENGINES, SQLALCHEMY_DIALECTS
 from portq.errors import ConfigurationError
 
 
@@ -52,11 +53,10 @@ def dbapi_connection(obj: Any) -> Any:
 
 
 #: SQLAlchemy dialect name -> portq engine, for async connections
-DIALECT_ENGINES = {"postgresql": "postgres", "sqlite": "sqlite", "mysql": "mysql",
-                   "mariadb": "mysql", "mssql": "sqlserver", "oracle": "oracle"}
+DIALECT_ENGINES = SQLALCHEMY_DIALECTS
 #: async drivers portq.aio can write through, per engine (docs/operations.md)
-ASYNC_DRIVERS = {"postgres": ("psycopg",), "sqlite": ("aiosqlite",),
-                 "mysql": ("aiomysql", "asyncmy")}
+ASYNC_DRIVERS = {e.name: e.sqlalchemy_async_drivers for e in ENGINES
+                 if e.sqlalchemy_async_drivers}
 
 
 def is_async(obj: Any) -> bool:

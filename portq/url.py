@@ -7,26 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, unquote_plus, urlsplit
 
+from portq import engines as registry
 from portq.errors import ConfigurationError
 
-# scheme (with optional +driver) -> (engine, accepted driver names)
-ENGINES: dict[str, str] = {
-    "sqlite": "sqlite",
-    "postgresql": "postgres",
-    "postgres": "postgres",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "mssql": "sqlserver",
-    "sqlserver": "sqlserver",
-    "oracle": "oracle",
-}
-DRIVERS: dict[str, frozenset[str]] = {
-    "sqlite": frozenset({"pysqlite", "sqlite3"}),
-    "postgres": frozenset({"psycopg", "psycopg3"}),
-    "mysql": frozenset({"pymysql"}),
-    "sqlserver": frozenset({"pyodbc", "mssqlpython"}),
-    "oracle": frozenset({"oracledb"}),
-}
+#: scheme (with optional +driver) -> engine, and each engine's accepted +driver names
+ENGINES: dict[str, str] = dict(registry.SCHEMES)
+DRIVERS: dict[str, frozenset[str]] = {e.name: frozenset(e.url_drivers)
+                                      for e in registry.ENGINES}
 _SCHEME = re.compile(r"^([a-z][a-z0-9]*)(?:\+([a-z0-9_]+))?$")
 #: URL query options whose value is a secret (password=, pwd=, PWD=, wallet_password=, ...)
 _SECRET_OPTION = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
@@ -91,7 +78,7 @@ class DatabaseURL:
 
     def redacted(self) -> str:
         """The URL with any password replaced by ``***``."""
-        if self.engine == "sqlite":
+        if registry.BY_NAME[self.engine].file_based:
             return f"{self.scheme}:///{self.path}"
         auth = ""
         if self.username is not None:
@@ -155,7 +142,7 @@ def parse_url(url: str) -> DatabaseURL:
             f"unsupported driver {driver!r} for {base}; portq uses "
             f"{' or '.join(sorted(DRIVERS[engine]))}: write {base}+"
             f"{sorted(DRIVERS[engine])[0]}://... (the same URL serves portq.aio)")
-    if engine == "sqlite":
+    if registry.BY_NAME[engine].file_based:   # SQLite: a path, not a server
         return _parse_sqlite(raw_scheme.lower(), rest, url)
     if "#" in rest:
         raise ConfigurationError(

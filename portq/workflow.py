@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
-from portq.job import Job
+from portq.job import EnqueueResult, Job
 from portq.protocol import NewJob
 
 if TYPE_CHECKING:
@@ -81,23 +81,31 @@ class Enqueued:
 
 def enqueue(queue: Queue, flow: Node, *, conn: Any = None) -> Enqueued:
     """Enqueue every job of ``flow`` in one transaction: portq's own, or the caller's
-    ``conn`` (then nothing is committed or rolled back here). Every job is validated
-    before anything is written."""
+    ``conn`` (then nothing is committed or rolled back here). Every job is validated, and
+    the queue's enqueue hooks run for it (:mod:`portq.hooks`), before anything is written."""
     planned = _plan(queue, flow)
     backend = queue.backend
     dbapi = queue._dbapi(conn)
+    hooked, seen = queue.hooks.prepare([new_job for new_job, _ in planned])
+    results: list[EnqueueResult] = []
 
     def write(cur: Any) -> Enqueued:
+        results.clear()  # a retried transaction starts over
         ids: list[int] = []
-        for new_job, after in planned:
+        for new_job, (_, after) in zip(hooked, planned, strict=True):
             depends = sorted({*new_job.depends_on, *(ids[i] for i in after)})
-            result = backend.insert_all(cur, [_with_dependencies(new_job, depends)])[0]
-            ids.append(result.id)
+            results.append(backend.insert_all(cur, [_with_dependencies(new_job, depends)])[0])
+            ids.append(results[-1].id)
         last = [ids[i] for i in _last(flow, _Counter())]
         return Enqueued(ids, last)
-    if dbapi is None:
-        return backend.run("workflow", write)
-    return backend.on_connection(dbapi, write)
+    try:
+        done = backend.run("workflow", write) if dbapi is None else \
+            backend.on_connection(dbapi, write)
+    except BaseException as exc:
+        queue.hooks.finish(seen, None, exc)
+        raise
+    queue.hooks.finish(seen, results)
+    return done
 
 
 def previous_result(job: Job) -> Any:

@@ -11,11 +11,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from portq.engines import ENGINES as REGISTRY
 from portq.sql import bind, load_migrations, load_queries
 
-DIALECTS = {"sqlite": ("sqlite", "qmark"), "postgres": ("postgres", "qmark"),
-            "mysql": ("mysql", "qmark"), "sqlserver": ("tsql", "qmark"),
-            "oracle": ("oracle", "named")}
+DIALECTS = {e.name: (e.sqlglot_dialect, e.sqlglot_paramstyle) for e in REGISTRY}
 #: the database clock each engine's claim already uses for lease_until
 CLOCK = {"sqlite": "julianday('now')", "postgres": "now()", "mysql": "UTC_TIMESTAMP(6)",
          "sqlserver": "SYSUTCDATETIME()", "oracle": "SYS_EXTRACT_UTC(SYSTIMESTAMP)"}

@@ -155,7 +155,7 @@ def test_complete_claim_is_fenced_per_job_and_claims_the_next_batch(engine_url: 
             try:
                 cur = conn.cursor()
                 backend.begin(conn, True)
-                rows = backend.execute(cur, "complete_claim", {
+                rows = backend.execute(cur, str(bench.complete_claim_sql(backend)), {
                     "claims": json.dumps(claims), "queue": "cc", "worker_id": "w1",
                     "limit": 10, "lease_ms": 60_000}).fetchall()
                 conn.commit()

@@ -18,6 +18,7 @@ parameter names it was given. Then, for each engine's ``queries.sql``:
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,13 +29,16 @@ from typing import Any
 import pytest
 
 import portq
+from portq.backends import BACKENDS
 from portq.backends.base import SqlBackend
+from portq.engines import NAMES
 from portq.job import WorkerInfo
 from portq.sql import bind, load_queries
 
-ENGINES = ("sqlite", "postgres", "mysql", "sqlserver", "oracle")
-STYLES = {"sqlite": "qmark", "postgres": "pyformat", "mysql": "pyformat",
-          "sqlserver": "qmark", "oracle": "named"}
+ENGINES = NAMES
+#: each engine's paramstyle, as its backend class declares it
+STYLES = {name: getattr(importlib.import_module(module), cls).paramstyle
+          for name, (module, cls, _, _) in BACKENDS.items()}
 _PARAM = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 _STRING_OR_COMMENT = re.compile(r"'(?:[^']|'')*'|--[^\n]*")
 
@@ -185,7 +189,8 @@ def _workload(queue: portq.Queue) -> None:
 
 def _dependency_workload(queue: portq.Queue) -> None:
     """Job dependencies (migration 12): a waiting job released by a completion, dependents
-    cancelled (and one run anyway) after a dead dependency, one enqueued after it died."""
+    cancelled (and one run anyway) after a dead dependency, one enqueued after it died,
+    the cancelled ones revived by a retry of the dependency."""
     first = queue.enqueue("d", 1)
     after = queue.enqueue("d", 2, depends_on=[first])
     queue.enqueue("d", 3, depends_on=[after])
@@ -197,6 +202,7 @@ def _dependency_workload(queue: portq.Queue) -> None:
     queue.fail(job, "boom", retry_in=None)
     queue.enqueue("d", 5, depends_on=[after])
     queue.backend.job_graph(after)
+    queue.retry_dead(after)  # revives the dependents its failure cancelled
 
 
 @pytest.fixture(scope="module")

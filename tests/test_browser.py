@@ -398,3 +398,32 @@ def test_job_page_refreshes_progress_while_the_job_runs(page: Watch, queue: port
     assert p.locator("#progress-bar").evaluate("b => b.value") == 0.7
     assert queue.complete(job)
     sync_api.expect(p.locator("#state")).to_have_text("succeeded", timeout=15_000)
+
+
+def test_job_page_shows_the_workflow_graph_and_links_its_nodes(page: Watch, queue: portq.Queue,
+                                                               qname: str) -> None:
+    """A fan-in's callback: its dependencies (the first 50 drawn, the rest counted) left of
+    the job, its dependent right of it, each node a link to that job's page."""
+    from portq.web.pages import WORKFLOW_SHOWN
+    fan = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(120)])
+    callback = queue.enqueue(qname, "callback", depends_on=fan)
+    after = queue.enqueue(qname, "after", depends_on=[callback])
+    p = page.page
+    p.goto(f"/jobs/{callback}")
+    nodes = p.locator("#dependencies a.wf-node")
+    assert nodes.count() == WORKFLOW_SHOWN
+    assert nodes.first.inner_text() == f"job {fan[0]} · ready"
+    assert p.locator("#dependencies-more").is_visible()
+    assert f"and {120 - WORKFLOW_SHOWN} more" in p.locator("#dependencies-more").inner_text()
+    left, right = (p.locator(s).bounding_box() for s in ("#dependencies", "#dependents"))
+    assert left is not None and right is not None and left["x"] < right["x"]
+    p.locator(f'#dependents a.wf-node[data-job="{after}"]').click()
+    p.wait_for_url(f"**/jobs/{after}")
+    assert p.locator("#state").inner_text() == "waiting"
+    p.locator(f'#dependencies a.wf-node[data-job="{callback}"]').click()
+    p.wait_for_url(f"**/jobs/{callback}")
+    p.locator(f'#dependencies a.wf-node[data-job="{fan[0]}"]').click()
+    p.wait_for_url(f"**/jobs/{fan[0]}")
+    assert p.locator("#dependencies").inner_text().count("none") == 1
+    assert p.locator(f'#dependents a.wf-node[data-job="{callback}"]').inner_text() == \
+        f"job {callback} · waiting"

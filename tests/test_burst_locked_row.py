@@ -14,11 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 import portq
+from portq.engines import ENGINES
 from portq.worker import Worker
 
-URLS = {"postgres": os.environ.get("PORTQ_TEST_PG_URL",
-                                   "postgresql://postgres@127.0.0.1:5432/test"),
-        "mysql": os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")}
+#: the engines with a server here: their test URL (portq/engines.py)
+URLS = {e.name: os.environ.get(e.test_url_env, e.default_test_url)
+        for e in ENGINES if e.live_here and e.test_url_env and e.default_test_url}
 
 
 @pytest.fixture(params=sorted(URLS))

@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import portq
+from portq.engines import ENGINES as REGISTRY
 
 ROOT = Path(portq.__file__).resolve().parent.parent
 
@@ -47,9 +48,9 @@ def test_conformance_without_pytest_says_what_to_install(tmp_path: Path) -> None
 def test_every_engine_extra_brings_pytest() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    for engine in ("sqlite", "postgres", "mysql", "sqlserver", "oracle"):
-        assert any(req.replace(" ", "").startswith("pytest>=") for req in extras[engine]), \
-            engine
+    for engine in REGISTRY:
+        assert any(req.replace(" ", "").startswith("pytest>=") for req in extras[engine.extra]), \
+            engine.name
     assert not any("pytest" in req for req in project["dependencies"])
 
 

@@ -28,11 +28,13 @@ import pytest
 import portq
 from portq.conformance.helpers import counts, wait_until
 from portq.conformance.plugin import TEST_PREFIX
+from portq.engines import ENGINES
 from portq.job import Job
 from portq.worker import Worker
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER_ENGINES = ("postgres", "mysql")
+#: the engines whose server runs here (the faults stop and start it)
+SERVER_ENGINES = tuple(e.name for e in ENGINES if e.live_here and not e.file_based)
 
 
 def _need(engine: str, engines: tuple[str, ...]) -> None:

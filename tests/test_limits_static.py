@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from portq.engines import NAMES
 from portq.sql import load_migrations, load_queries
 
-FIVE = ("sqlite", "postgres", "mysql", "sqlserver", "oracle")
+FIVE = NAMES
 NEW = ("queue_limits", "set_rate_limit", "db_clock_ms", "set_rate_log", "ensure_queue",
        "key_running_count", "unclaim")
 

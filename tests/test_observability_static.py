@@ -10,12 +10,11 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from portq.engines import ENGINES as REGISTRY
 from portq.sql import bind, load_migrations, load_queries
 
 #: engine -> (sqlglot dialect, paramstyle)
-DIALECTS = {"sqlite": ("sqlite", "qmark"), "postgres": ("postgres", "qmark"),
-            "mysql": ("mysql", "qmark"), "sqlserver": ("tsql", "qmark"),
-            "oracle": ("oracle", "named")}
+DIALECTS = {e.name: (e.sqlglot_dialect, e.sqlglot_paramstyle) for e in REGISTRY}
 FIVE = sorted(DIALECTS)
 SAMPLE: dict[str, Any] = {
     "queue": "q", "payload": "{}", "priority": 0, "run_at": None, "delay_ms": 0,

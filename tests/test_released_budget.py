@@ -11,6 +11,7 @@ import pytest
 
 from portq.conformance.helpers import run_portq
 from portq.conformance.plugin import TEST_PREFIX
+from portq.engines import NAMES
 from portq.sql import load_queries
 
 P = ["--prefix", TEST_PREFIX]
@@ -47,7 +48,7 @@ def test_a_released_job_shows_its_real_budget(engine_url: str, queue: Any,
         assert ">1/25<" in c.get(f"/jobs?queue={qname}").text
 
 
-@pytest.mark.parametrize("engine", ["sqlserver", "oracle", "postgres", "mysql", "sqlite"])
+@pytest.mark.parametrize("engine", NAMES)
 def test_release_counts_the_given_back_attempts_and_listings_show_them(engine: str) -> None:
     """release counts an attempt it gives back in given_back (a Snooze in snoozes); every
     job listing returns both added up as ``released``."""

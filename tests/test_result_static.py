@@ -8,9 +8,10 @@ import re
 
 import pytest
 
+from portq.engines import NAMES
 from portq.sql import load_migrations, load_queries
 
-ENGINES = ["sqlite", "postgres", "mysql", "sqlserver", "oracle"]
+ENGINES = list(NAMES)
 RESULT_QUERIES = {"lock_owned_job", "delete_result", "insert_result", "job_result"}
 
 

@@ -6,10 +6,11 @@ import re
 
 import pytest
 
+from portq.engines import NAMES
 from portq.errors import ConfigurationError
 from portq.sql import bind, dialects_dir, load_migrations, load_queries, validate_prefix
 
-ENGINES = ["postgres", "sqlite", "mysql", "sqlserver", "oracle"]
+ENGINES = list(NAMES)
 # engine-specific extras
 OPTIONAL = {"migration_lock", "notify", "insert_jobs_bulk", "server_identity",
             "backend_pid"}

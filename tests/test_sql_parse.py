@@ -19,10 +19,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from portq.engines import ENGINES as REGISTRY
 from portq.sql import bind, load_migrations, load_queries, split_statements
 
-DIALECTS = {"sqlite": "sqlite", "postgres": "postgres", "mysql": "mysql",
-            "sqlserver": "tsql", "oracle": "oracle"}
+DIALECTS = {e.name: e.sqlglot_dialect for e in REGISTRY}
 #: the paramstyle each statement is bound in to be parsed: the backend's own, except MySQL,
 #: whose PyMySQL ``%(name)s`` sqlglot's MySQL dialect does not read (``?`` is the same
 #: statement with another placeholder spelling)

@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from portq.backends import backend_for, import_driver
 from portq.backends.base import ErrorKind
+from portq.engines import ENGINES as REGISTRY
 from portq.errors import ConfigurationError, ConnectionLost, DriverMissingError
 from portq.sql import bind, load_migrations, load_queries
 from portq.url import parse_url
@@ -36,7 +37,9 @@ from portq.backends.sqlserver import (  # noqa: E402
 SECRET = "s3cr;e}t{pw"
 MSSQL_URL = "mssql://sa:s3cr%3Be%7Dt%7Bpw@db.example:1433/portq?TrustServerCertificate=yes"
 ORACLE_URL = "oracle://app:s3cr%3Be%7Dt%7Bpw@db.example:1521/FREEPDB1"
-ENGINES = {"sqlserver": ("tsql", "qmark"), "oracle": ("oracle", "named")}
+#: the statically tested engines -> (sqlglot dialect, placeholder style sqlglot reads)
+ENGINES = {e.name: (e.sqlglot_dialect, e.sqlglot_paramstyle) for e in REGISTRY
+           if not e.live_here}
 # one sample value per parameter name any statement uses; lists expand like the backends'
 SAMPLE: dict[str, Any] = {
     "queue": "q", "payload": "{}", "priority": 0, "run_at": None, "delay_ms": 0,
@@ -659,7 +662,7 @@ def test_container_url_without_docker_returns_none_at_once() -> None:
     assert time.monotonic() - began < 5
 
 
-@pytest.mark.parametrize("engine", ["postgres", "sqlite", "mysql", "sqlserver", "oracle"])
+@pytest.mark.parametrize("engine", [e.name for e in REGISTRY])
 @pytest.mark.parametrize("name", ["jobs", "jobs_newest", "jobs_by_run_at"])
 def test_payload_search_escapes_like_with_the_character_portq_escapes(engine: str,
                                                                      name: str) -> None:

@@ -11,10 +11,11 @@ import sqlglot
 from sqlglot import exp
 from test_sqlserver_oracle_static import _index_expressions, _one
 
+from portq.engines import NAMES
 from portq.sql import load_queries
 from portq.stats import bucket_floor_ms, bucket_seconds, build_stats, percentile
 
-ENGINES = ("postgres", "mysql", "sqlite", "sqlserver", "oracle")
+ENGINES = NAMES
 
 
 def test_percentiles_of_log_buckets_are_within_a_bucket_of_the_exact_value() -> None:

@@ -321,3 +321,39 @@ def test_job_page_shows_progress_and_its_api_refreshes_it(client: TestClient,
     done = client.get(f"/jobs/{job_id}").text
     assert 'data-running="0"' in done and "40% resized" in done
     assert client.get("/api/jobs/999999999").status_code == 404
+
+
+def test_job_page_shows_the_workflow_graph_bounded(client: TestClient, queue: portq.Queue,
+                                                   qname: str) -> None:
+    """A job's dependencies and dependents, each a link to its page with its state; a
+    10,000-job fan-in's callback shows the first 50 and counts the rest by state."""
+    from portq.web.pages import WORKFLOW_SHOWN
+    a, b = queue.enqueue(qname, "a"), queue.enqueue(qname, "b")
+    c = queue.enqueue(qname, "c", depends_on=[a, b])
+    d = queue.enqueue(qname, "d", depends_on=[c])
+    (claimed,) = [j for j in queue.claim(qname, "web-w", limit=2) if j.id == a]
+    assert queue.complete(claimed)
+    page = client.get(f"/jobs/{c}").text
+    assert 'id="workflow"' in page
+    deps = page[page.index('id="dependencies"'):page.index('id="dependents"')]
+    assert re.findall(r'<a href="/jobs/(\d+)" class="wf-node state (\w+)"', deps) == \
+        [(str(a), "succeeded"), (str(b), "running")]
+    assert "2 jobs · 1 running · 1 succeeded" in deps
+    after = page[page.index('id="dependents"'):]
+    assert re.findall(r'<a href="/jobs/(\d+)" class="wf-node state (\w+)"', after) == \
+        [(str(d), "waiting")]
+    assert 'id="workflow"' not in client.get(
+        f"/jobs/{queue.enqueue(qname, 'alone')}").text
+    fan = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(10_000)])
+    callback = queue.enqueue(qname, "callback", depends_on=fan)
+    started = time.monotonic()
+    page = client.get(f"/jobs/{callback}").text
+    took = time.monotonic() - started
+    nodes = re.findall(r'<a href="/jobs/(\d+)" class="wf-node', page)
+    assert nodes == [str(i) for i in sorted(fan)[:WORKFLOW_SHOWN]]
+    assert f"and {10_000 - WORKFLOW_SHOWN} more not shown" in page
+    assert "10000 jobs · 10000 ready" in page
+    assert took < 5, f"the callback's page took {took:.1f}s"
+    first = client.get(f"/jobs/{fan[0]}").text
+    assert re.findall(r'<a href="/jobs/(\d+)" class="wf-node state (\w+)"',
+                      first[first.index('id="dependents"'):]) == [(str(callback), "waiting")]

@@ -699,6 +699,29 @@ WHERE CASE WHEN has_dependents = 1 AND state IN ('dead', 'cancelled') THEN job_i
       IS NOT NULL
 FOR UPDATE
 
+-- Retrying a dependency (retry_dead, retry_many; dependencies.revive) revives the
+-- dependents its failure cancelled: those cancelled with the reason naming it
+-- (dependencies.failure_reason's text), locked; then each is checked and reopened.
+-- name: dep_revive_ids
+SELECT j.job_id FROM portq_job_dep d
+JOIN portq_job j ON j.job_id = d.job_id
+WHERE d.depends_on IN (:dep_ids) AND j.state = 'cancelled'
+  AND (DBMS_LOB.COMPARE(j.last_error, TO_CLOB('cancelled: its dependency, job ' || d.depends_on
+                                              || ', ended dead')) = 0
+       OR DBMS_LOB.COMPARE(j.last_error, TO_CLOB('cancelled: its dependency, job ' || d.depends_on
+                                                 || ', ended cancelled')) = 0)
+ORDER BY j.job_id
+FOR UPDATE OF j.state
+
+-- A revived dependent's edges to its unfinished dependencies count again.
+-- name: dep_reopen
+UPDATE portq_job_dep SET resolved = 0 WHERE job_id = :job_id AND depends_on IN (:dep_ids)
+
+-- name: dep_revive
+UPDATE portq_job
+SET state = 'waiting', deps_left = :deps_left, finished_at = NULL, last_error = NULL
+WHERE job_id = :job_id AND state = 'cancelled'
+
 -- name: dependency_results
 SELECT d.depends_on, r.result
 FROM portq_job_dep d JOIN portq_result r ON r.job_id = d.depends_on

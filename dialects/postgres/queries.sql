@@ -121,7 +121,10 @@ WHERE job_id = :job_id AND attempts = :generation AND worker_id = :worker_id
 -- off its waiting dependents, which become ready at zero, in this same statement: each
 -- dependent's row lock serialises two dependencies finishing at once, and its UPDATE
 -- re-reads deps_left after the wait (READ COMMITTED), so the last one releases it, once.
--- For jobs without dependents the two later steps join no row.
+-- For jobs without dependents the two later steps join no row. A dependent made ready is
+-- announced on its queue's channel as an enqueue announces a job, at this statement's
+-- commit (PostgresBackend.channel: prefix + queue, or past 63 bytes prefix + the first 40
+-- hex digits of the queue's SHA-256).
 WITH done AS (
     UPDATE portq_job AS j
     SET state = 'succeeded', worker_id = NULL, lease_until = NULL, finished_at = now()
@@ -142,8 +145,14 @@ WITH done AS (
         deps_left = w.deps_left - r.n
     FROM (SELECT job_id, count(*) AS n FROM resolved GROUP BY job_id) AS r
     WHERE w.job_id = r.job_id AND w.state = 'waiting'
+    RETURNING w.queue, w.state
+), announced AS (
+    SELECT count(pg_notify(CASE WHEN octet_length('portq_' || queue) <= 63 THEN 'portq_' || queue
+                                ELSE 'portq_' || left(encode(sha256(convert_to(queue, 'UTF8')), 'hex'), 40) END,
+                           '')) AS n
+    FROM (SELECT DISTINCT queue FROM released WHERE state = 'ready') AS q
 )
-SELECT job_id, attempts FROM done;
+SELECT job_id, attempts FROM done, announced;
 
 -- name: renew_many
 -- Several renewals in one statement (the heartbeat's tick), each fenced as `renew`; the
@@ -344,7 +353,8 @@ WITH c AS MATERIALIZED (
 UPDATE portq_job AS j
 SET state = 'ready', max_attempts = j.attempts + :extra, finished_at = NULL, run_at = now()
 FROM c
-WHERE j.job_id = c.job_id AND j.state IN (:states);
+WHERE j.job_id = c.job_id AND j.state IN (:states)
+RETURNING j.job_id;
 
 -- Running jobs' workers are told as by `cancel`.
 -- name: cancel_many
@@ -674,11 +684,19 @@ WHERE job_id = :job_id AND state = 'ready';
 -- A dependency that ended (its row held by this transaction): count its unresolved edges
 -- off the waiting dependents (:every = 1: every one, after a success; 0: those that run
 -- anyway, after it ended dead or cancelled), cancel the rest, mark the edges resolved.
+-- Dependents made ready are announced as complete_many announces them.
 -- name: dep_release
-UPDATE portq_job
-SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
-WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
-  AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0);
+WITH released AS (
+    UPDATE portq_job
+    SET state = CASE WHEN deps_left = 1 THEN 'ready' ELSE state END, deps_left = deps_left - 1
+    WHERE state = 'waiting' AND (:every = 1 OR dep_failure = 1)
+      AND job_id IN (SELECT job_id FROM portq_job_dep WHERE depends_on = :job_id AND resolved = 0)
+    RETURNING queue, state
+)
+SELECT count(pg_notify(CASE WHEN octet_length('portq_' || queue) <= 63 THEN 'portq_' || queue
+                            ELSE 'portq_' || left(encode(sha256(convert_to(queue, 'UTF8')), 'hex'), 40) END,
+                       ''))
+FROM (SELECT DISTINCT queue FROM released WHERE state = 'ready') AS q;
 
 -- name: dep_cancel_ids
 SELECT job_id, has_dependents FROM portq_job
@@ -709,6 +727,27 @@ SELECT job_id, state FROM portq_job
 WHERE has_dependents = 1 AND state IN ('dead', 'cancelled')
 ORDER BY job_id
 FOR UPDATE;
+
+-- Retrying a dependency (retry_dead, retry_many; dependencies.revive) revives the
+-- dependents its failure cancelled: those cancelled with the reason naming it
+-- (dependencies.failure_reason's text), locked; then each is checked and reopened.
+-- name: dep_revive_ids
+SELECT j.job_id FROM portq_job_dep AS d
+JOIN portq_job AS j ON j.job_id = d.job_id
+WHERE d.depends_on IN (:dep_ids) AND j.state = 'cancelled'
+  AND j.last_error IN ('cancelled: its dependency, job ' || d.depends_on || ', ended dead',
+                       'cancelled: its dependency, job ' || d.depends_on || ', ended cancelled')
+ORDER BY j.job_id
+FOR UPDATE OF j;
+
+-- A revived dependent's edges to its unfinished dependencies count again.
+-- name: dep_reopen
+UPDATE portq_job_dep SET resolved = 0 WHERE job_id = :job_id AND depends_on IN (:dep_ids);
+
+-- name: dep_revive
+UPDATE portq_job
+SET state = 'waiting', deps_left = :deps_left, finished_at = NULL, last_error = NULL
+WHERE job_id = :job_id AND state = 'cancelled';
 
 -- name: dependency_results
 SELECT d.depends_on, r.result::text

@@ -376,14 +376,15 @@ WHERE job_id = :job_id;
 -- Bulk operator actions (portq retry/cancel --queue Q --state S): one bounded batch each.
 -- name: retry_many
 WITH c AS (
-    SELECT TOP (:limit) state, max_attempts, attempts, finished_at, run_at
+    SELECT TOP (:limit) job_id, state, max_attempts, attempts, finished_at, run_at
     FROM portq_job WITH (UPDLOCK, READPAST, ROWLOCK, READCOMMITTEDLOCK)
     WHERE state IN (:states) AND (:queue = N'*' OR queue = :queue)
     ORDER BY job_id
 )
 UPDATE c
 SET state = N'ready', max_attempts = attempts + :extra, finished_at = NULL,
-    run_at = SYSUTCDATETIME();
+    run_at = SYSUTCDATETIME()
+OUTPUT inserted.job_id;
 
 -- name: cancel_many
 WITH c AS (
@@ -773,6 +774,26 @@ UPDATE portq_job SET has_dependents = 0 WHERE job_id = :job_id;
 SELECT job_id, state FROM portq_job WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK)
 WHERE has_dependents = 1 AND state IN (N'dead', N'cancelled')
 ORDER BY job_id;
+
+-- Retrying a dependency (retry_dead, retry_many; dependencies.revive) revives the
+-- dependents its failure cancelled: those cancelled with the reason naming it
+-- (dependencies.failure_reason's text), locked; then each is checked and reopened.
+-- name: dep_revive_ids
+SELECT j.job_id FROM portq_job_dep AS d
+JOIN portq_job AS j WITH (UPDLOCK, ROWLOCK, READCOMMITTEDLOCK) ON j.job_id = d.job_id
+WHERE d.depends_on IN (:dep_ids) AND j.state = N'cancelled'
+  AND j.last_error IN (CONCAT(N'cancelled: its dependency, job ', d.depends_on, N', ended dead'),
+                       CONCAT(N'cancelled: its dependency, job ', d.depends_on, N', ended cancelled'))
+ORDER BY j.job_id;
+
+-- A revived dependent's edges to its unfinished dependencies count again.
+-- name: dep_reopen
+UPDATE portq_job_dep SET resolved = 0 WHERE job_id = :job_id AND depends_on IN (:dep_ids);
+
+-- name: dep_revive
+UPDATE portq_job
+SET state = N'waiting', deps_left = :deps_left, finished_at = NULL, last_error = NULL
+WHERE job_id = :job_id AND state = N'cancelled';
 
 -- name: dependency_results
 SELECT d.depends_on, r.result

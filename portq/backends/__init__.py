@@ -7,17 +7,14 @@ from types import ModuleType
 from typing import Any
 
 from portq.backends.sql import SqlBackend
+from portq.engines import ENGINES
 from portq.errors import DriverMissingError
 from portq.url import DatabaseURL
 
-# engine -> (module, class, driver import name, pip extra)
+#: engine -> (module, class, driver import name, pip extra), from :mod:`portq.engines`
 BACKENDS: dict[str, tuple[str, str, str | None, str | None]] = {
-    "sqlite": ("portq.backends.sqlite", "SqliteBackend", None, None),
-    "postgres": ("portq.backends.postgres", "PostgresBackend", "psycopg", "postgres"),
-    "mysql": ("portq.backends.mysql", "MysqlBackend", "pymysql", "mysql"),
-    "sqlserver": ("portq.backends.sqlserver", "SqlServerBackend", "pyodbc", "sqlserver"),
-    "oracle": ("portq.backends.oracle", "OracleBackend", "oracledb", "oracle"),
-}
+    e.name: (e.backend_module, e.backend_class, e.driver, e.extra if e.driver else None)
+    for e in ENGINES}
 #: drivers whose wheel links a system library that pip cannot install: what to install
 SYSTEM_LIBRARIES: dict[str, str] = {
     "pyodbc": "unixODBC's libodbc.so.2: install it with `apt-get install unixodbc` "

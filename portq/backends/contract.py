@@ -184,6 +184,10 @@ class EngineHooks(Protocol):
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Run a bounded operator batch (``retry_many``, ``cancel_many``); how many."""
 
+    def batch_ids(self, cur: Any, name: str, params: dict[str, Any]) -> list[int]:
+        """:meth:`batch_rows`, returning the ids of the rows changed (``retry_many``: a
+        retry revives the dependents its jobs' ends cancelled)."""
+
     def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
         """Update a dependency's waiting dependents (``dep_release``, ``dep_cancel``)."""
 

@@ -17,7 +17,9 @@ dependencies of one job ending at once serialise on the dependent's row, whose
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
@@ -140,6 +142,44 @@ def resolve(backend: SqlBackend, cur: Any, job_id: int, state: str) -> None:
             backend.execute(cur, "dep_unflag", params)
 
 
+def revive(backend: SqlBackend, cur: Any, retried: Sequence[int]) -> None:
+    """After ``retried`` jobs were made ready again (``retry_dead``/``retry_many``), in the
+    same transaction: put back to ``waiting`` the dependents that their end cancelled (the
+    reason :func:`failure_reason` wrote names one of them), then those dependents' own
+    dependents likewise. A dependent is revived only when none of its other dependencies
+    ended dead or cancelled or was pruned; its unfinished dependencies are locked (in id
+    order, as an enqueue locks them), flagged, and its edges to them count again. A job an
+    operator cancelled has no such reason and stays cancelled."""
+    pending = sorted(set(retried))
+    while pending:
+        candidates: list[int] = []
+        for ids in id_lists(pending):
+            candidates += [int(row[0]) for row in
+                           backend.execute(cur, "dep_revive_ids", {"dep_ids": ids}).fetchall()]
+        pending = [job_id for job_id in sorted(set(candidates)) if _reopen(backend, cur, job_id)]
+
+
+def _reopen(backend: SqlBackend, cur: Any, job_id: int) -> bool:
+    """Revive one dependency-cancelled job (its row locked) unless one of its dependencies
+    failed or is gone; True when it waits again."""
+    wanted = [int(dep) for dep, _ in
+              backend.execute(cur, "job_dependencies", {"job_id": job_id}).fetchall()]
+    states: dict[int, str] = {}
+    for ids in id_lists(wanted):
+        for dep, state in backend.execute(cur, "dep_lock", {"dep_ids": ids}).fetchall():
+            states[int(dep)] = state_text(state)
+    if len(states) < len(wanted) or any(s in ("dead", "cancelled") for s in states.values()):
+        return False
+    unfinished = [dep for dep in wanted if states[dep] in UNFINISHED]
+    if not unfinished:  # every dependency succeeded since: nothing to wait for
+        return False
+    for ids in id_lists(unfinished):
+        backend.execute(cur, "dep_flag", {"dep_ids": ids})
+        backend.execute(cur, "dep_reopen", {"job_id": job_id, "dep_ids": ids})
+    return bool(backend.execute(cur, "dep_revive", {"job_id": job_id,
+                                                    "deps_left": len(unfinished)}).rowcount)
+
+
 def validate_depends_on(depends_on: Any, on_failure: Any) -> tuple[tuple[int, ...], str]:
     """``depends_on`` (job ids, or jobs/results with an ``id``) as a sorted tuple of
     distinct ids, and the failure policy; raise :class:`ConfigurationError` naming the
@@ -177,3 +217,33 @@ def graph(backend: SqlBackend, job_id: int) -> tuple[list[tuple[int, str | None]
     before, after = backend.run("job_graph", go, write=False)
     return ([(int(i), None if s is None else state_text(s)) for i, s in before],
             [(int(i), state_text(s)) for i, s in after])
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """One side of a job's place in a workflow, bounded for display: the first ``shown``
+    jobs ``(id, state)`` by id (state None: pruned), how many ``more`` there are, and the
+    count of every one of them by state (``"pruned"`` for pruned ones)."""
+
+    shown: list[tuple[int, str | None]] = field(default_factory=list)
+    more: int = 0
+    states: dict[str, int] = field(default_factory=dict)
+
+
+def neighbours(backend: SqlBackend, job_id: int, limit: int) -> tuple[Neighbours, Neighbours]:
+    """A job's dependencies and dependents (the dashboard's job page): at most ``limit``
+    of each kept, the rest only counted, so that a 10,000-job fan-in's callback shows a
+    page, not 10,000 nodes."""
+    def side(cur: Any, name: str) -> Neighbours:
+        shown: list[tuple[int, str | None]] = []
+        states: Counter[str] = Counter()
+        total = 0
+        for other, value in backend.execute(cur, name, {"job_id": job_id}).fetchall():
+            state = None if value is None else state_text(value)
+            states[state or "pruned"] += 1
+            total += 1
+            if len(shown) < limit:
+                shown.append((int(other), state))
+        return Neighbours(shown, total - len(shown), dict(sorted(states.items())))
+    return backend.run("job_graph", lambda cur: (side(cur, "job_dependencies"),
+                                                 side(cur, "job_dependents")), write=False)

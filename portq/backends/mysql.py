@@ -258,17 +258,26 @@ class MysqlBackend(SqlBackend):
 
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Lock a bounded batch of ids (first step), then change those rows (second)."""
-        lock, change = self.steps[name]
-        ids = self._lock_ids(cur, lock, params)
-        return int(self.execute(cur, change, {**params, "ids": ids}).rowcount) if ids else 0
+        return self._locked_change(cur, name, params)[1]
+
+    def batch_ids(self, cur: Any, name: str, params: dict[str, Any]) -> list[int]:
+        """:meth:`batch_rows`, returning the ids locked and changed."""
+        return list(self._locked_change(cur, name, params)[0])
 
     def dependents_update(self, cur: Any, name: str, params: dict[str, Any]) -> None:
         """Lock the dependents' ids through the edge index (an UPDATE ... WHERE job_id IN
         (subquery) walks the whole job table here), then update those rows."""
+        self._locked_change(cur, name, params)
+
+    def _locked_change(self, cur: Any, name: str, params: dict[str, Any]
+                       ) -> tuple[tuple[int, ...], int]:
+        """Run two-step statement ``name``: lock ids, then change those rows; the ids and
+        the rows changed."""
         lock, change = self.steps[name]
         ids = self._lock_ids(cur, lock, params)
-        if ids:
-            self.execute(cur, change, {**params, "ids": ids})
+        if not ids:
+            return ids, 0
+        return ids, int(self.execute(cur, change, {**params, "ids": ids}).rowcount)
 
     def _lock_ids(self, cur: Any, sql: str, params: dict[str, Any]) -> tuple[int, ...]:
         return tuple(int(row[0]) for row in self.execute(cur, sql, params).fetchall())

@@ -341,9 +341,17 @@ class OracleBackend(SqlBackend):
 
     def batch_rows(self, cur: Any, name: str, params: dict[str, Any]) -> int:
         """Lock up to ``limit`` ids with ``<name>_lock``, then run ``name`` on them."""
+        return self._locked_change(cur, name, params)[1]
+
+    def batch_ids(self, cur: Any, name: str, params: dict[str, Any]) -> list[int]:
+        """:meth:`batch_rows`, returning the ids locked and changed."""
+        return self._locked_change(cur, name, params)[0]
+
+    def _locked_change(self, cur: Any, name: str, params: dict[str, Any]
+                       ) -> tuple[list[int], int]:
         ids = self.lock_ids(cur, f"{name}_lock", params, int(params["limit"]))
-        return sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
-                   for chunk in id_lists(ids))
+        return ids, sum(int(self.execute(cur, name, {**params, "ids": chunk}).rowcount)
+                        for chunk in id_lists(ids))
 
 
 def id_lists(ids: list[int]) -> Iterator[list[int]]:

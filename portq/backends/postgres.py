@@ -52,25 +52,6 @@ LISTEN_IDLE_MAX = 2.0
 #: URL options portq reads itself and never passes to libpq
 PORTQ_OPTIONS = frozenset({"listen_url"})
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: the longest channel name LISTEN accepts
-#: ``complete_many`` of the previous batch and ``claim`` of the next in one statement (one
-#: round trip instead of two; benchmarks/run.py measures it as ``raw complete_claim``),
-#: made of the two statements of queries.sql so that it can never drift from them
-#: (``complete_many``'s own CTEs, its final SELECT replaced, then the claim as one more).
-#: Data-modifying CTEs run exactly once, on one snapshot: the claim's candidates are ready
-#: rows, the completed ones running, so the two never touch the same row. Rows: kind
-#: 'done' (job_id, attempts of each completed claim) and 'claimed' (the claim's columns).
-COMPLETE_CLAIM = """\
-{complete_ctes}, claimed AS (
-{claim}
-)
-SELECT 'claimed' AS kind, job_id, queue, payload, priority, attempts, max_attempts,
-       job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
-FROM claimed
-UNION ALL
-SELECT 'done', job_id, NULL, NULL, NULL, attempts, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM done"""
-#: the final SELECT of the ``complete_many`` statement (after its CTEs)
-COMPLETE_MANY_TAIL = "SELECT job_id, attempts FROM done"
 
 
 #: libpq keepalives: the first probe after 30 s idle, then every 10 s, the connection
@@ -91,13 +72,6 @@ class PostgresBackend(SqlBackend):
         super().__init__(*args, **kw)
         self._listen_url = listen_url_of(self.url)
         self._pooled: bool | None = None  # a pooler in between (read at connect)
-        complete = self.queries["complete_many"].strip().rstrip(";")
-        if not complete.endswith(COMPLETE_MANY_TAIL):
-            raise ConfigurationError("postgres complete_many must end with "
-                                     f"{COMPLETE_MANY_TAIL!r}")
-        self.queries["complete_claim"] = COMPLETE_CLAIM.format(
-            complete_ctes=complete[:-len(COMPLETE_MANY_TAIL)].rstrip(),
-            claim=self.queries["claim"].strip().rstrip(";"))
 
     def connect(self) -> Any:
         try:
@@ -253,11 +227,12 @@ class PostgresBackend(SqlBackend):
 
     def channel(self, queue: str) -> str:
         """The LISTEN/NOTIFY channel of ``queue``: prefix + queue name, or prefix + its
-        SHA-1 when that is longer than PostgreSQL's 63-byte identifier limit."""
+        SHA-256's first 40 hex digits when that is longer than PostgreSQL's 63-byte
+        identifier limit (what complete_many and dep_release compute in SQL too)."""
         name = self.prefix + queue
         if len(name.encode("utf-8")) <= _MAX_IDENTIFIER_BYTES:
             return name
-        return self.prefix + hashlib.sha1(queue.encode("utf-8")).hexdigest()
+        return self.prefix + hashlib.sha256(queue.encode("utf-8")).hexdigest()[:40]
 
     def announce(self, cur: Any, queues: Sequence[str]) -> None:
         """``pg_notify`` each queue's channel; PostgreSQL delivers it at commit (and drops

@@ -1,5 +1,5 @@
 """The conformance suite: one set of pytest tests, parameterised by a database URL, that
-proves the invariants of DESIGN.md on any engine (``portq conformance URL``)."""
+proves the invariants of docs/design.md on any engine (``portq conformance URL``)."""
 
 from __future__ import annotations
 

@@ -23,14 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from portq.engines import ENGINES
+
 log = logging.getLogger("portq.conformance")
 
-IMAGES = {
-    "postgres": "postgres:18",
-    "mysql": "mysql:8.4",
-    "sqlserver": "mcr.microsoft.com/mssql/server:2022-latest",
-    "oracle": "gvenzl/oracle-free:23-slim-faststart",
-}
+#: engine -> the image started for it (portq.engines)
+IMAGES = {e.name: e.image for e in ENGINES if e.image is not None}
 #: SQL Server test databases -> their READ_COMMITTED_SNAPSHOT setting
 SQLSERVER_DATABASES = {"portq": "OFF", "portq_rcsi": "ON"}
 

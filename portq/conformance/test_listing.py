@@ -90,7 +90,7 @@ def test_listing_arguments_are_validated(queue: portq.Queue, qname: str) -> None
                 {"order": "run_at", "after_id": 5},
                 {"after_run_at": datetime(2030, 1, 1)}):
         with pytest.raises(portq.ConfigurationError):
-            queue.jobs(queue=qname, **bad)  # type: ignore[arg-type]
+            queue.jobs(queue=qname, **bad)
 
 
 def test_finished_per_minute_counts_by_the_database_clock(queue: portq.Queue,

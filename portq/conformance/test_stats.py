@@ -73,6 +73,6 @@ def test_job_stats_of_the_async_queue_and_bad_windows(queue: portq.Queue,
     assert sum(stats.succeeded) == 2 and stats.bucket_s == 900
     for bad in ("30s", "32d", -1, "soon", "1 h"):
         with pytest.raises(portq.ConfigurationError, match="window"):
-            queue.job_stats(bad)  # type: ignore[arg-type]
+            queue.job_stats(bad)
     with pytest.raises(portq.ConfigurationError):
         queue.job_stats("1h", queue="")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -54,9 +55,10 @@ class WorkerCounters:
     def add_each(self, counter: str, queues: Sequence[str]) -> None:
         """Add 1 to ``counter`` per entry of ``queues`` (and to that queue's), under one
         lock: a batch's jobs."""
+        per_queue = Counter(queues)  # counted in C: a batch is usually of one queue
         with self._lock:
-            for queue in queues:
-                self._add_locked(counter, 1, queue)
+            for queue, n in per_queue.items():
+                self._add_locked(counter, n, queue)
 
     def _add_locked(self, counter: str, n: int, queue: str | None) -> None:
         setattr(self, counter, getattr(self, counter) + n)

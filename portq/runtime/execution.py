@@ -8,8 +8,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from portq.durations import seconds_of
 from portq.errors import ConfigurationError, Permanent
@@ -50,12 +49,12 @@ class Snooze(Exception):
         super().__init__(reason or f"snoozed for {self.delay:g}s")
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What to write for one job: ``succeeded`` (with ``result``, the return value's JSON
     text, or None), ``retry`` after ``retry_in`` seconds, ``dead``, ``release`` (given
     back unstarted, its attempt with it; ``error`` says why), or ``snooze`` (ready again
-    after ``retry_in`` seconds, its attempt given back)."""
+    after ``retry_in`` seconds, its attempt given back). A named tuple: one is made per
+    job, and a frozen dataclass takes three times as long to make."""
 
     job: Job
     kind: str

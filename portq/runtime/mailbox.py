@@ -20,7 +20,9 @@ class Mailbox(Generic[T]):
 
     def __init__(self) -> None:
         self._items: deque[T] = deque()
-        lock = threading.Lock()
+        # entered as the lock itself: a Condition's ``with`` is Python-level code, and
+        # short jobs enter the mailbox twice each
+        self._lock = lock = threading.Lock()
         self._nonempty = threading.Condition(lock)  # takers waiting for a first item
         self._lingering = threading.Condition(lock)  # takers filling a batch
         self._hungry = 0
@@ -33,7 +35,7 @@ class Mailbox(Generic[T]):
     def put_many(self, items: Iterable[T]) -> None:
         """Append ``items``; wake one hungry taker for each new item, and the lingering
         takers once there are enough items for one's batch."""
-        with self._nonempty:
+        with self._lock:
             before = len(self._items)
             self._items.extend(items)
             if self._hungry and len(self._items) > before:
@@ -43,7 +45,7 @@ class Mailbox(Generic[T]):
 
     def get(self) -> T | None:
         """The oldest item, waiting for one; None once closed and empty."""
-        with self._nonempty:
+        with self._lock:
             while not self._items:
                 if self._closed:
                     return None
@@ -57,7 +59,7 @@ class Mailbox(Generic[T]):
     def get_batch(self, limit: int, linger: float) -> list[T]:
         """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
         in all for the batch to fill; [] once closed and empty."""
-        with self._nonempty:
+        with self._lock:
             while not self._items and not self._closed:
                 self._hungry += 1
                 try:
@@ -78,12 +80,12 @@ class Mailbox(Generic[T]):
 
     def take(self, limit: int) -> list[T]:
         """Up to ``limit`` of the oldest items, without waiting."""
-        with self._nonempty:
+        with self._lock:
             return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
 
     def take_while(self, predicate: Callable[[T], bool]) -> list[T]:
         """The oldest items, for as long as ``predicate`` holds, without waiting."""
-        with self._nonempty:
+        with self._lock:
             taken = []
             while self._items and predicate(self._items[0]):
                 taken.append(self._items.popleft())
@@ -91,14 +93,14 @@ class Mailbox(Generic[T]):
 
     def drain(self) -> list[T]:
         """Everything waiting, without waiting."""
-        with self._nonempty:
+        with self._lock:
             items = list(self._items)
             self._items.clear()
             return items
 
     def close(self) -> None:
         """No more items will come: wake every taker (none lingers any more)."""
-        with self._nonempty:
+        with self._lock:
             self._closed = True
             self._nonempty.notify_all()
             self._lingering.notify_all()

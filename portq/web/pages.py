@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from portq.backends.dependencies import neighbours
 from portq.errors import PortqError, StatementTimeout
 from portq.job import (
     SCHEDULED,
@@ -35,6 +36,7 @@ from portq.web.context import SEARCHES_AT_ONCE, dashboard_of
 
 log = logging.getLogger("portq.web")
 PAGE_SIZE = 50
+WORKFLOW_SHOWN = 50       # a job page's dependencies (and dependents) shown; the rest counted
 MINUTES = 60              # the overview's throughput window
 STATES = [State.READY.value, SCHEDULED, *(s.value for s in State if s != State.READY)]
 ORDERS = {"-id": "newest first", "id": "oldest first", "run_at": "run_at"}
@@ -135,7 +137,8 @@ def job(request: Request) -> Response:
                        result=None if record.state != State.SUCCEEDED else
                        json.dumps(result, indent=2, ensure_ascii=False),
                        payload=json.dumps(record.payload, indent=2, ensure_ascii=False),
-                       actions=actions, notice=notice(request))
+                       actions=actions, notice=notice(request),
+                       workflow=neighbours(queue.backend, job_id, WORKFLOW_SHOWN))
 
 
 def job_api(request: Request) -> Response:

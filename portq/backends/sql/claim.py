@@ -4,6 +4,7 @@ setters."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from portq.backends.sql.limits import (
     over_key_limits,
     rate_guard_ms,
 )
-from portq.job import Claim, Job
+from portq.job import Claim, DependencyReader, Job
 
 
 class Claiming(Enqueue):
@@ -153,6 +154,12 @@ class Claiming(Enqueue):
         statement."""
         return list(self.execute(cur, name, params).fetchall())
 
+    @functools.cached_property
+    def _dependency_reader(self) -> DependencyReader:
+        """How the jobs this backend claims read their dependencies' results (one reader
+        for all of them; after the first claim a plain attribute)."""
+        return DependencyReader(self.dependency_results)
+
     #: column order of claimed rows: job_id, queue, payload, priority, attempts,
     #: max_attempts, job_key, lease_until, concurrency_key, concurrency_limit, run_at, meta
     def job_from_row(self, row: Sequence[Any], worker_id: str,
@@ -162,14 +169,14 @@ class Claiming(Enqueue):
         lease = self.from_db_time(lease_until)
         assert lease is not None
         claim = Claim(int(job_id), int(attempts), worker_id, lease)
-        job = Job(id=int(job_id), queue=queue, payload=self.load_payload(payload),
-                  attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-                  priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-                  start_by=start_by, leased_at=leased_at,
-                  timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
-                  run_at=self.from_db_time(run_at), meta=self.load_meta(meta))
-        job._deps.read = self.dependency_results
-        return job
+        return Job.claimed(
+            id=int(job_id), queue=queue, payload=self.load_payload(payload),
+            attempt=int(attempts), max_attempts=int(max_attempts), key=key,
+            priority=int(priority), claim=claim, concurrency_key=concurrency_key,
+            start_by=start_by, leased_at=leased_at,
+            timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
+            run_at=self.from_db_time(run_at), meta=self.load_meta(meta),
+            deps=self._dependency_reader)
 
     # ---- fair sharing across keys (migration 13; the claim: portq/backends/fair.py) -----
 

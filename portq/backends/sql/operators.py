@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from portq.backends import dependencies
 from portq.backends.sql.common import ALL_QUEUES, JOB_ORDERS, like_pattern
 from portq.backends.sql.limits import NO_LIMITS, QueueLimits, _int_or_none
 from portq.backends.sql.outcomes import Outcomes
@@ -36,10 +37,16 @@ class Operators(Outcomes):
         return int(self.execute(cur, "prune", params).rowcount)
 
     def retry_dead(self, job_id: int, extra_attempts: int) -> bool:
+        """Make a dead or cancelled job ready again, reviving (in the same transaction) the
+        dependents its end cancelled (:func:`dependencies.revive`)."""
         params = {"job_id": job_id, "extra": extra_attempts}
-        return bool(self.run("retry_dead",
-                             lambda cur: self.execute(cur, "retry_dead", params).rowcount == 1,
-                             single=True))
+
+        def go(cur: Any) -> bool:
+            if self.execute(cur, "retry_dead", params).rowcount != 1:
+                return False
+            dependencies.revive(self, cur, [job_id])
+            return True
+        return bool(self.run("retry_dead", go))
 
     def cancel(self, job_id: int) -> bool:
         return self._settled("cancel", {"job_id": job_id})
@@ -125,7 +132,12 @@ class Operators(Outcomes):
                    extra_attempts: int) -> int:
         params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit,
                   "extra": extra_attempts}
-        return self.run("retry_many", lambda cur: self.batch_rows(cur, "retry_many", params))
+
+        def go(cur: Any) -> int:
+            retried = self.batch_ids(cur, "retry_many", params)
+            dependencies.revive(self, cur, retried)
+            return len(retried)
+        return self.run("retry_many", go)
 
     def cancel_many(self, queue: str | None, states: Sequence[str], limit: int) -> int:
         params = {"queue": queue or ALL_QUEUES, "states": tuple(states), "limit": limit}
@@ -136,6 +148,11 @@ class Operators(Outcomes):
         """Run a bounded batch statement (``limit`` rows at most); return rows changed.
         Default: one statement."""
         return int(self.execute(cur, name, params).rowcount)
+
+    def batch_ids(self, cur: Any, name: str, params: dict[str, Any]) -> list[int]:
+        """:meth:`batch_rows`, returning the ids of the rows changed. Default: one
+        statement that returns them (RETURNING, OUTPUT)."""
+        return [int(row[0]) for row in self.execute(cur, name, params).fetchall()]
 
     def jobs(self, state: str | None = None, queue: str | None = None, limit: int = 100,
              after_id: int = 0, *, key: str | None = None, text: str | None = None,

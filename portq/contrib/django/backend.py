@@ -40,6 +40,7 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 
 from portq.backends import backend_for
+from portq.engines import DJANGO_VENDORS
 from portq.errors import ConfigurationError, PortqError, SchemaError
 from portq.queue import INT32, Queue
 from portq.url import LIBPQ_CHOICES, DatabaseURL, host_items, parse_url
@@ -47,8 +48,7 @@ from portq.url import LIBPQ_CHOICES, DatabaseURL, host_items, parse_url
 from .results import is_task_payload, payload_of, portq_queue, result_of, shown
 
 #: Django's ``connection.vendor`` -> portq URL scheme (MariaDB's vendor is "mysql")
-VENDOR_SCHEMES = {"postgresql": "postgresql", "mysql": "mysql", "sqlite": "sqlite",
-                  "oracle": "oracle", "microsoft": "mssql"}
+VENDOR_SCHEMES = DJANGO_VENDORS
 QUEUE_OPTIONS = {"max_attempts", "backoff", "max_payload_bytes", "max_result_bytes"}
 OPTIONS = {"database", "url", "prefix", "pool_size"} | QUEUE_OPTIONS
 
