@@ -37,7 +37,13 @@ from portq.backends.sql.limits import (
     over_key_limits,
     rate_guard_ms,
 )
-from portq.protocol import Listener
+from portq.protocol import Backend, Listener
+
+
+def listen_mode(backend: Backend, listen: bool) -> str:
+    """How a worker with ``listen`` finds new jobs on ``backend`` (its start-up line)."""
+    return backend.capabilities.listen_mode if listen else "polling (listen=False)"
+
 
 __all__ = [
     "ALL_QUEUES", "CKEY_COLUMN", "CLIMIT_COLUMN", "EPOCH", "GENERATION_COLUMN", "JOB_ORDERS",
@@ -45,5 +51,6 @@ __all__ = [
     "PRIORITY_COLUMN", "RATE_GUARD_FRACTION", "RATE_GUARD_MAX_MS", "RATE_GUARD_MIN_MS",
     "RATE_LOG_MAX", "EngineHooks", "ErrorKind", "Listener", "QueueLimits", "RateWindow",
     "SqlBackend", "TxProgress", "_scrub", "conflict_delay", "driver_version", "like_pattern",
+    "listen_mode",
     "one_line", "over_key_limits", "rate_guard_ms", "storable_error", "utc_from_micros",
 ]

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from portq.backends.base import listen_mode
 from portq.job import Job
 from portq.protocol import Backend
 from portq.queue import Queue
@@ -175,8 +176,7 @@ class WorkerFront:
             s.concurrency, s.lease, f"auto<={s.prefetch}" if s.auto_lookahead else s.prefetch,
             s.claimers, self.runtime.queue.backend.pool_size,
             "none" if s.job_timeout is None else f"{s.job_timeout:g}s",
-            self.runtime.queue.backend.capabilities.listen_mode if s.options.listen
-            else "polling (listen=False)", self._kind)
+            listen_mode(self.runtime.queue.backend, s.options.listen), self._kind)
 
     def _log_stopped(self) -> None:
         self.log.info("worker.stopped worker=%s %s", self.worker_id,
