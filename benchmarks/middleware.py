@@ -123,7 +123,7 @@ async def _async_drain(queue: portq.Queue, name: str, variant: str
                        ) -> tuple[Any, float, float]:
     """Drain ``name`` with an AsyncWorker on ``queue`` (psycopg's async driver on
     PostgreSQL, as the benchmark's other asyncio runs): its counters, the seconds it took
-    and the CPU seconds of this process meanwhile. The AsyncQueue's pool is closed here;
+    and the CPU seconds of this process meanwhile. The AsyncQueue is closed here;
     ``queue`` stays open for the caller."""
     from portq.aio import AsyncQueue
     aq = AsyncQueue(queue)
@@ -134,9 +134,7 @@ async def _async_drain(queue: portq.Queue, name: str, variant: str
         counters = await worker.run()
         return counters, time.perf_counter() - started, time.process_time() - cpu
     finally:
-        pool, aq._pool = aq._pool, None  # AsyncQueue.close would close queue
-        if pool is not None:
-            await pool.close()
+        await aq.close(queue=False)  # queue stays open for the caller
 
 
 def middleware_rounds(urls: dict[str, str], variants: list[str], jobs: int, rounds: int,
