@@ -224,10 +224,14 @@ WITH c AS MATERIALIZED (
     SELECT job_id FROM portq_job
     WHERE state IN (:states) AND (:queue = '*' OR queue = :queue)
       AND finished_at < now() - :older_than_ms * interval '1 millisecond'
-      -- never a result an unfinished dependent may still read (migration 12)
-      AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d JOIN portq_job AS w ON w.job_id = d.job_id
+      -- never a result an unfinished dependent may still read (migration 12). The
+      -- dependent's state is a scalar subquery keyed by its id, never a join: with stale
+      -- statistics (a table grown since its last ANALYZE) a join let the planner scan the
+      -- job table's primary key once per candidate row (10,000 rows: minutes)
+      AND NOT EXISTS (SELECT 1 FROM portq_job_dep AS d
                       WHERE d.depends_on = portq_job.job_id
-                        AND w.state IN ('waiting', 'ready', 'running'))
+                        AND (SELECT w.state FROM portq_job AS w WHERE w.job_id = d.job_id)
+                            IN ('waiting', 'ready', 'running'))
     ORDER BY finished_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
