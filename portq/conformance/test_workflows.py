@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import counts, not_applicable, quiet_worker, running, wait_until
 from portq.conformance.plugin import raw_connection
 from portq.job import Job
 
@@ -66,7 +66,7 @@ def test_released_dependents_wake_idle_workers(queue: portq.Queue, qname: str) -
     polls. Engines whose workers only poll are skipped."""
     listener = queue.backend.listener([qname])
     if listener is None:
-        pytest.skip(f"{queue.backend.engine}: workers poll; nothing announces new jobs")
+        not_applicable("workers poll; nothing announces new jobs")
     listener.close()
     # the second queue's name is past PostgreSQL's 63-byte channel names: its channel is
     # the hashed one, computed by the completing statement as the listener computes it
