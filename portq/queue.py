@@ -2,66 +2,55 @@
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import hashlib
-import json
-import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any
 
 from portq import sqla
 from portq.backends import backend_for
 from portq.backends.dependencies import validate_depends_on
-from portq.backends.sql.common import JOB_ORDERS
 from portq.durations import seconds_of
-from portq.errors import ConfigurationError, InvalidQueueName, PayloadError, ResultError
+from portq.errors import ConfigurationError, PayloadError, ResultError
 from portq.hooks import EnqueueHooks, Hook
-from portq.job import (
-    ACTIVE_STATES,
-    ALL_STATES,
-    SCHEDULED,
-    Claim,
-    EnqueueResult,
-    Job,
-    JobError,
-    JobRecord,
-    QueueStats,
-    State,
-    WorkerActivity,
-    WorkerInfo,
-    progress_value,
-)
-from portq.protocol import Backend, NewJob, UniqueScope
+from portq.job import Claim, EnqueueResult, Job, progress_value
+from portq.operators import MAX_RATE_LIMIT, MAX_SEARCH_LENGTH, B, QueueOperators
+from portq.protocol import NewJob
 from portq.retry import DEFAULT_BACKOFF, Backoff
 from portq.runtime.middleware import Middleware, Step, step_of
-from portq.stats import JobStats, bucket_seconds, build_stats, window_seconds
 from portq.url import parse_url
+from portq.validate import (
+    INT32,
+    MAX_KEY_LENGTH,
+    MAX_PAYLOAD_DEPTH,
+    QUEUE_NAME,
+    SYNONYMS,
+    _unexpected,
+    concurrency_options,
+    dump_json,
+    duration_ms,
+    given_ms,
+    positive_int,
+    seconds,
+    unique_scope,
+    validate_key,
+    validate_priority,
+    validate_queue,
+    validate_worker_id,
+)
 
-if TYPE_CHECKING:
-    from typing_extensions import TypeVar as TypeVarWithDefault
+#: the names this module has always offered (the validators now live in portq.validate,
+#: the operator side of Queue in portq.operators)
+__all__ = [
+    "CONCURRENCY_OPTIONS", "DEFAULT_MAX_ATTEMPTS", "DEFAULT_MAX_PAYLOAD_BYTES",
+    "ENQUEUE_OPTIONS", "INT32", "MAX_KEY_LENGTH", "MAX_PAYLOAD_DEPTH", "MAX_RATE_LIMIT",
+    "MAX_SEARCH_LENGTH", "MAX_SNOOZES", "MAX_TIMEOUT_MS", "QUEUE_NAME", "SYNONYMS",
+    "UNIQUE_OPTIONS", "Queue", "concurrency_options", "connect", "dump_json", "duration_ms",
+    "given_ms", "positive_int", "seconds", "unique_scope", "validate_key",
+    "validate_priority", "validate_queue", "validate_worker_id",
+]
 
-    from portq.backends.sql import SqlBackend
-    #: the backend a Queue drives: its code uses only the contract (:class:`Backend`); a
-    #: bare ``Queue`` (what :func:`connect` builds) is one over the SQL machinery
-    B = TypeVarWithDefault("B", bound=Backend, covariant=True, default=SqlBackend)
-else:
-    B = TypeVar("B", bound=Backend, covariant=True)
-
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-MAX_KEY_LENGTH = 255
-MAX_SEARCH_LENGTH = 200
-INT32 = 2**31 - 1
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 DEFAULT_MAX_ATTEMPTS = 25
-#: the deepest nesting of arrays/objects a payload may have, on every engine: MariaDB's
-#: JSON_VALID refuses 32 levels (MySQL 8.4 allows 100, SQL Server 128, PostgreSQL and
-#: SQLite more), so the common limit is 31
-MAX_PAYLOAD_DEPTH = 31
-# an escaped NUL (\u0000) in JSON text: preceded by an even number of backslashes
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def connect(url: str, **options: Any) -> Queue:
@@ -82,119 +71,13 @@ def connect(url: str, **options: Any) -> Queue:
     return Queue(backend, **queue_opts)
 
 
-def validate_queue(name: str) -> str:
-    """Return ``name`` if it is 1-128 characters of ``[A-Za-z0-9_.:-]``."""
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
-        raise InvalidQueueName(
-            f"invalid queue name {name!r}: use 1-128 characters of letters, digits, "
-            "'_', '.', ':' and '-'")
-    return name
-
-
-def validate_worker_id(worker_id: str) -> str:
-    """Return ``worker_id`` if it is a string of 1-200 characters every engine stores."""
-    if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
-        raise ConfigurationError("worker_id must be a string of 1-200 characters")
-    if not _storable_text(worker_id):
-        raise ConfigurationError(f"worker_id {worker_id!r} holds a NUL character or a lone "
-                                 "surrogate, which not every database can store")
-    return worker_id
-
-
-def validate_key(key: str) -> str:
-    """Return ``key`` if it is 1-255 characters every engine can store."""
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
-        raise ConfigurationError(f"key must be a non-empty string of at most "
-                                 f"{MAX_KEY_LENGTH} characters (Oracle stores '' as NULL), "
-                                 f"got {key!r}")
-    if not _storable_text(key):
-        raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
-                                 "which not every database can store")
-    return key
-
-
-def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
-    """``value`` as an int that is > 0 (or >= 0), else a :class:`ConfigurationError`."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero) or value > INT32:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigurationError(f"{what} must be {bound} and <= {INT32}, got {value}")
-    return value
-
-
-def validate_priority(priority: Any) -> int:
-    """Return ``priority`` if it is an integer in 32-bit range (higher runs first)."""
-    if isinstance(priority, bool) or not isinstance(priority, int) or \
-            not -INT32 <= priority <= INT32:
-        raise ConfigurationError(f"priority must be an integer in 32-bit range, "
-                                 f"got {priority!r}")
-    return priority
-
-
 UNIQUE_OPTIONS = ("unique_per_queue", "unique_for", "unique_states")
 #: the per-key concurrency limit's options of :meth:`Queue.enqueue`
 CONCURRENCY_OPTIONS = ("concurrency_key", "concurrency_limit")
-#: what other job libraries call some of :meth:`Queue.enqueue`'s options
-SYNONYMS = {"retries": "max_attempts", "max_retries": "max_attempts", "eta": "run_at",
-            "countdown": "delay", "unique_key": "key", "idempotency_key": "key"}
 #: every keyword argument of :meth:`Queue.enqueue` (for the hint of a mistyped one)
 ENQUEUE_OPTIONS = ("priority", "run_at", "delay", "max_attempts", "key", "conn",
                    *("unique_per_queue", "unique_for", "unique_states"), *CONCURRENCY_OPTIONS,
                    *("depends_on", "on_dependency_failure"))
-#: the most jobs a rate limit may allow per period
-MAX_RATE_LIMIT = 1_000_000
-
-
-def concurrency_options(key: Any, limit: Any) -> tuple[str | None, int | None]:
-    """A validated per-key concurrency limit: both given (a key as :func:`validate_key`
-    accepts, a limit of at least 1) or neither."""
-    if key is None and limit is None:
-        return None, None
-    if key is None:
-        raise ConfigurationError("concurrency_limit limits the jobs of one concurrency_key: "
-                                 "give concurrency_key too")
-    if limit is None:
-        raise ConfigurationError(f"concurrency_key {key!r} needs concurrency_limit (the "
-                                 "most running jobs of that key, at least 1)")
-    try:
-        validate_key(key)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"concurrency_key: {exc}") from None
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INT32:
-        raise ConfigurationError(f"concurrency_limit must be an integer of at least 1, "
-                                 f"got {limit!r}")
-    return key, limit
-
-
-def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
-                 unique_for: float | timedelta | None = None,
-                 unique_states: Sequence[str] | None = None) -> UniqueScope | None:
-    """The scope of a scoped ``key`` (None when no scope is asked for). The key is unique
-    among the jobs of ``queue`` with ``unique_per_queue`` (else of every queue), and an
-    existing job of it counts only while younger than ``unique_for`` seconds and in one
-    of ``unique_states``; otherwise the enqueue creates a new job. A scoped key lives
-    apart from plain keys and is not the job's ``key`` (which stays None)."""
-    if not unique_per_queue and unique_for is None and unique_states is None:
-        return None
-    if key is None:
-        raise ConfigurationError("unique_per_queue, unique_for and unique_states scope a key: "
-                                 "give key= too")
-    if not isinstance(unique_per_queue, bool):
-        raise ConfigurationError(f"unique_per_queue must be True or False, "
-                                 f"got {unique_per_queue!r}")
-    period_ms = None if unique_for is None else given_ms(unique_for, "unique_for")
-    states: tuple[str, ...] | None = None
-    if unique_states is not None:
-        names = [unique_states] if isinstance(unique_states, str) else list(unique_states)
-        bad = [s for s in names if s not in set(State)]
-        if bad or not names:
-            raise ConfigurationError(f"unique_states must be some of "
-                                     f"{', '.join(State)}; got {names!r}")
-        states = tuple(sorted(set(names)))
-    scope = json.dumps([queue if unique_per_queue else None, key], ensure_ascii=False)
-    return UniqueScope(hashlib.sha256(scope.encode("utf-8")).hexdigest(), period_ms, states)
-
 
 #: most times one job may be snoozed (portq.Snooze): a later Snooze fails the attempt
 MAX_SNOOZES = 100
@@ -202,32 +85,8 @@ MAX_SNOOZES = 100
 MAX_TIMEOUT_MS = 24 * 86_400_000
 
 
-def seconds(value: Any) -> Any:
-    """A :class:`datetime.timedelta` as float seconds; anything else unchanged (for
-    :func:`duration_ms` to validate)."""
-    return value.total_seconds() if isinstance(value, timedelta) else value
 
-
-def given_ms(value: Any, what: str, *, allow_zero: bool = False) -> int:
-    """:func:`duration_ms` of seconds or a ``timedelta`` (what the public API accepts)."""
-    return duration_ms(seconds(value), what, allow_zero=allow_zero)
-
-
-def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
-    """Seconds (int or float) as whole milliseconds, validated."""
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
-            not math.isfinite(seconds):
-        raise ConfigurationError(f"{what} must be a number of seconds, got {seconds!r}")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ConfigurationError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds, "
-                                 f"got {seconds}")
-    ms = math.ceil(seconds * 1000)
-    if ms > 100 * 365 * 86_400_000:
-        raise ConfigurationError(f"{what} of {seconds} seconds is too long")
-    return ms
-
-
-class Queue(Generic[B]):
+class Queue(QueueOperators[B]):
     """Jobs in one database. Thread-safe; share one per process.
 
     Delivery is at-least-once: a job may run again after a crash or a lost lease, so
@@ -485,196 +344,6 @@ class Queue(Generic[B]):
         ms = duration_ms(seconds_of(delay, "snooze delay"), "snooze delay", allow_zero=True)
         return self.backend.snooze(_claim_of(job), ms, MAX_SNOOZES)
 
-    # ---- maintenance and operators ------------------------------------------------------
-
-    def reap(self, *, limit: int = 1000, delay: float | timedelta = 1.0) -> int:
-        """Return expired leases to ready after ``delay`` seconds (or dead); count them."""
-        return self.backend.reap(positive_int(limit, "limit"),
-                                 given_ms(delay, "delay", allow_zero=True))
-
-    def prune(self, older_than: float | timedelta, *, limit: int = 1000,
-              states: Sequence[str] = (State.SUCCEEDED, State.CANCELLED),
-              queue: str | None = None) -> int:
-        """Delete up to ``limit`` jobs finished ``older_than`` seconds ago; dead ones are
-        kept unless ``states`` names them."""
-        bad = [s for s in states if s not in ("succeeded", "dead", "cancelled")]
-        if bad or not states:
-            raise ConfigurationError(f"prune states must be among succeeded, dead, cancelled; "
-                                     f"got {list(states)!r}")
-        if queue is not None:
-            validate_queue(queue)
-        return self.backend.prune(given_ms(older_than, "older_than", allow_zero=True),
-                                  positive_int(limit, "limit"), [str(s) for s in states], queue)
-
-    def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
-        """Make a dead or cancelled job ready again with the attempts it had left plus
-        ``extra_attempts``; False if it was not dead or cancelled."""
-        return self.backend.retry_dead(positive_int(job_id, "job_id"),
-                                       positive_int(extra_attempts, "extra_attempts"))
-
-    def cancel(self, job_id: int) -> bool:
-        """Cancel a ready or running job; False if it was not ready or running."""
-        return self.backend.cancel(positive_int(job_id, "job_id"))
-
-    def finished_per_minute(self, minutes: int = 60) -> dict[str, dict[str, list[int]]]:
-        """Jobs finished per minute over the last ``minutes``: ``{queue: {state: counts}}``
-        where ``counts[0]`` is the oldest minute and ``counts[-1]`` the current one."""
-        span = positive_int(minutes, "minutes")
-        if span > 1440:
-            raise ConfigurationError(f"minutes must be at most 1440, got {span}")
-        out: dict[str, dict[str, list[int]]] = {}
-        for queue, state, ago, count in self.backend.finished_per_minute(span):
-            series = out.setdefault(queue, {}).setdefault(state, [0] * span)
-            series[span - 1 - ago] += count
-        return out
-
-    def job_stats(self, window: float | timedelta | str = "1h",
-                  queue: str | None = None) -> list[JobStats]:
-        """Per queue (or only ``queue``), the jobs finished in the last ``window`` (``'1h'``,
-        ``'24h'``, ``'7d'``, any duration up to 31 days): succeeded, dead and cancelled
-        counts per bucket (1 min for 1 h, 15 min for 24 h, 1 h for 7 d) and wait time
-        (created -> first start) and run time percentiles (p50, p95, p99, ms, within 19 %).
-        Counted by the database over the window's rows only (see :mod:`portq.stats`)."""
-        window_s = window_seconds(window)
-        name = None if queue is None else validate_queue(queue)
-        bucket_s = bucket_seconds(window_s)
-        stats = build_stats(self.backend.stats_series(window_s, bucket_s),
-                            self.backend.stats_latency(window_s), window_s, bucket_s)
-        return [s for s in stats if name is None or s.queue == name]
-
-    def delete_finished(self, job_id: int) -> bool:
-        """Delete one finished (succeeded, dead or cancelled) job; False if it is not."""
-        return self.backend.delete_finished(positive_int(job_id, "job_id"))
-
-    def retry_many(self, queue: str | None, *, states: Sequence[str] = (State.DEAD,),
-                   limit: int = 1000, extra_attempts: int = 1) -> int:
-        """:meth:`retry_dead` for up to ``limit`` jobs of ``queue`` (None: every queue) in
-        ``states`` (dead, cancelled); returns how many were made ready."""
-        return self.backend.retry_many(
-            _queue_or_none(queue), _states(states, (State.DEAD, State.CANCELLED), "retry"),
-            positive_int(limit, "limit"), positive_int(extra_attempts, "extra_attempts"))
-
-    def cancel_many(self, queue: str | None, *, states: Sequence[str] = (State.READY,),
-                    limit: int = 1000) -> int:
-        """:meth:`cancel` for up to ``limit`` jobs of ``queue`` (None: every queue) in
-        ``states`` (ready, running, waiting); returns how many were cancelled."""
-        return self.backend.cancel_many(
-            _queue_or_none(queue), _states(states, (*ACTIVE_STATES, State.WAITING), "cancel"),
-            positive_int(limit, "limit"))
-
-    def stats(self, queue: str | None = None) -> list[QueueStats]:
-        """Per-queue counts, oldest-ready age, retry rate and whether it is paused."""
-        return self.backend.stats(_queue_or_none(queue))
-
-    def pause(self, queue: str) -> None:
-        """Stop every worker, on every host, from claiming jobs of ``queue`` (from its next
-        claim: within one poll interval); running jobs finish normally. Persisted in the
-        database until :meth:`resume`; jobs may still be enqueued meanwhile."""
-        self.backend.set_paused(validate_queue(queue), True)
-
-    def resume(self, queue: str) -> None:
-        """Let workers claim jobs of ``queue`` again (undoes :meth:`pause`)."""
-        self.backend.set_paused(validate_queue(queue), False)
-
-    def paused_queues(self) -> list[str]:
-        """The paused queues, sorted."""
-        return self.backend.paused_queues()
-
-    def set_concurrency_limit(self, queue: str, max_running: int | None) -> None:
-        """At most ``max_running`` jobs of ``queue`` run at once across every worker on
-        every host (None removes the limit); the rest wait ready and are claimed as running
-        ones finish. Enforced in the claim transaction; a running worker sees a new limit
-        within a second."""
-        self.backend.set_concurrency_limit(
-            validate_queue(queue),
-            None if max_running is None else positive_int(max_running, "max_running"))
-
-    def set_fairness(self, queue: str, fair: bool) -> None:
-        """Share ``queue`` fairly across its jobs' ``concurrency_key``s (``fair=True``):
-        claims take one job of each key in turn, then one unkeyed job, so one key's burst
-        delays another key's jobs by one round at most; ``False`` restores plain claim order
-        (priority, run_at, id). A running worker follows within a second."""
-        if not isinstance(fair, bool):
-            raise ConfigurationError(f"fair must be True or False, not {fair!r}")
-        self.backend.set_fairness(validate_queue(queue), fair)
-
-    def set_rate_limit(self, queue: str, limit: int | None,
-                       per_seconds: float | timedelta | None = None) -> None:
-        """At most ``limit`` jobs of ``queue`` start per ``per_seconds`` across every worker
-        on every host, in every sliding window of that length (``set_rate_limit(queue,
-        None)`` removes it); the rest wait ready. Enforced in the claim transaction (see
-        docs/operations.md, "Rate limits"); a running worker sees a new limit within a
-        second."""
-        validate_queue(queue)
-        if limit is None:
-            if per_seconds is not None:
-                raise ConfigurationError("set_rate_limit(queue, None) clears the limit: "
-                                         "give no per_seconds with it")
-            self.backend.set_rate_limit(queue, None, None)
-            return
-        n = positive_int(limit, "limit")
-        if n > MAX_RATE_LIMIT:
-            raise ConfigurationError(f"limit must be at most {MAX_RATE_LIMIT}, got {n}")
-        if per_seconds is None:
-            raise ConfigurationError("set_rate_limit needs per_seconds (the period)")
-        period_ms = given_ms(per_seconds, "per_seconds")
-        if period_ms < 10:
-            raise ConfigurationError(f"per_seconds must be at least 0.01, got {per_seconds!r}")
-        self.backend.set_rate_limit(queue, n, period_ms)
-
-    def jobs(self, state: str | None = None, *, queue: str | None = None, limit: int = 100,
-             after_id: int = 0, key: str | None = None, text: str | None = None,
-             order: str = "id", after_run_at: datetime | None = None) -> list[JobRecord]:
-        """Up to ``limit`` jobs: of one state (None or ``"all"``: every state;
-        ``"scheduled"``: ready jobs not yet due, always in run_at order), one queue
-        (None: every queue), the job of ``key``, or those whose payload JSON contains
-        ``text`` (case-insensitive). ``order``: ``id`` (oldest first), ``-id`` (newest
-        first) or ``run_at``. Pages by key: pass the last row's id as ``after_id`` (and,
-        ordered by ``run_at``, its ``run_at`` as ``after_run_at``). A ready job whose
-        run_at is after the database clock comes with ``scheduled=True``."""
-        if order not in JOB_ORDERS:
-            raise ConfigurationError(f"order must be one of {', '.join(JOB_ORDERS)}, "
-                                     f"got {order!r}")
-        if order == "run_at" and after_id and after_run_at is None:
-            raise ConfigurationError("paging by run_at needs after_run_at with after_id")
-        if after_run_at is not None and (not isinstance(after_run_at, datetime)
-                                         or after_run_at.utcoffset() is None):
-            raise ConfigurationError("after_run_at must be a timezone-aware datetime")
-        if key is not None:
-            validate_key(key)
-        if text is not None and (not isinstance(text, str) or len(text) > MAX_SEARCH_LENGTH
-                                 or not _storable_text(text)):
-            raise ConfigurationError(f"payload search text must be at most "
-                                     f"{MAX_SEARCH_LENGTH} characters without NUL")
-        if state == ALL_STATES:
-            state = None
-        if state is not None and state != SCHEDULED:
-            _states([state], tuple(State), "list")
-        if isinstance(after_id, bool) or not isinstance(after_id, int) or after_id < 0:
-            raise ConfigurationError(f"after_id must be an integer >= 0, got {after_id!r}")
-        now = self.backend.db_now()
-        scheduled_only = state == SCHEDULED
-        if scheduled_only:
-            state = State.READY.value   # a plain str: PyMySQL escapes an enum member oddly
-            if key is None:   # the ready jobs after now, in run_at order: keyset from now
-                order = "run_at"
-                if not after_id:
-                    after_id, after_run_at = 2**63 - 1, now
-        records = [_mark_scheduled(r, now) for r in self.backend.jobs(
-            state, _queue_or_none(queue), positive_int(limit, "limit"), after_id, key=key,
-            text=text or None, order=order, after_run_at=after_run_at)]
-        return [r for r in records if r.scheduled] if scheduled_only else records
-
-    def job(self, job_id: int, *, conn: Any = None) -> JobRecord | None:
-        """The whole row of one job; None when no job has that id. With ``conn`` (as
-        :meth:`enqueue` takes it) the read runs on that connection, in its open
-        transaction: it sees jobs that transaction enqueued and has not committed."""
-        dbapi = self._dbapi(conn)
-        record = self.backend.job(positive_int(job_id, "job_id"), dbapi)
-        if record is None or record.state != State.READY:
-            return record
-        return _mark_scheduled(record, self.backend.db_now(dbapi))
-
     def store_result(self, job: Job | Claim, result: Any) -> bool:
         """Store a running job's return value (JSON, at most ``max_result_bytes``) in its
         own transaction, only while the claim owns the job; False: ownership was lost.
@@ -682,132 +351,6 @@ class Queue(Generic[B]):
         value); :meth:`result` shows it once the job has succeeded."""
         return self.backend.store_result(_claim_of(job), self.dump_result(result))
 
-    def result(self, job_id: int, *, conn: Any = None) -> Any:
-        """The stored return value of a succeeded job; None when the job has not succeeded
-        (yet), returned None, or was pruned. ``conn``: as :meth:`job`."""
-        return self.backend.result(positive_int(job_id, "job_id"), self._dbapi(conn))
-
-    def dependency_results(self, job_id: int, *, conn: Any = None) -> dict[int, Any]:
-        """``{dependency id: result}``: the stored results of the job's dependencies
-        (``enqueue(depends_on=...)``) that stored one. ``conn``: as :meth:`job`."""
-        return self.backend.dependency_results(positive_int(job_id, "job_id"),
-                                               self._dbapi(conn))
-
-    def error_history(self, job_id: int, *, conn: Any = None) -> list[JobError]:
-        """Every recorded failed attempt of a job (attempt, worker, error, failed_at).
-        ``conn``: as :meth:`job`."""
-        return self.backend.error_history(positive_int(job_id, "job_id"), self._dbapi(conn))
-
-    def workers(self) -> list[WorkerInfo]:
-        """The live workers of the registry (rows whose heartbeats have not expired)."""
-        return self.backend.workers()
-
-    def concurrency_of(self, job_id: int) -> tuple[str, int] | None:
-        """A job's per-key limit: ``(concurrency_key, concurrency_limit)``, or None."""
-        return self.backend.job_concurrency(positive_int(job_id, "job_id"))
-
-    def key_limits(self, queue: str, *, limit: int = 20) -> list[tuple[str, int, int]]:
-        """The per-key limits in use in ``queue``: ``(key, limit, running)`` for the keys
-        of its running jobs, busiest first, at most ``limit`` keys."""
-        return self.backend.key_limits(validate_queue(queue), positive_int(limit, "limit"))
-
-    def worker_activity(self) -> dict[str, WorkerActivity]:
-        """Per live worker id: the running jobs the job table says it holds, and the
-        seconds until its registry row expires unless it beats again."""
-        return self.backend.worker_activity()
-
-    def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
-        """``(attempt, worker_id, error)`` for each failed attempt of a job."""
-        return self.backend.job_errors(positive_int(job_id, "job_id"))
-
-
-def _mark_scheduled(record: JobRecord, now: datetime) -> JobRecord:
-    if record.state == State.READY and record.run_at is not None and record.run_at > now:
-        return dataclasses.replace(record, scheduled=True)
-    return record
-
-
-def _unexpected(function: str, name: str, known: Sequence[str]) -> str:
-    """Python's own words for a wrong keyword argument, naming the public function, with
-    the nearest real option as a hint."""
-    close = [SYNONYMS[name]] if SYNONYMS.get(name) in known else \
-        difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]}?)" if close else \
-        f"; it takes {', '.join(known)}"
-    return f"{function}() got an unexpected keyword argument {name!r}{hint}"
-
-
-def _queue_or_none(queue: str | None) -> str | None:
-    return None if queue is None else validate_queue(queue)
-
-
-def _states(states: Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
-    """``states`` as plain strings, or a ConfigurationError naming the ones ``what`` takes."""
-    names = [str(s) for s in allowed]
-    if not states or any(s not in names for s in states):
-        raise ConfigurationError(f"can only {what} jobs in states {', '.join(names)}; "
-                                 f"got {', '.join(map(str, states)) or 'none'}")
-    return [str(s) for s in states]
-
-
-def dump_json(value: Any, what: str, limit: int, option: str,
-              error: type[PayloadError]) -> str:
-    """``value`` as compact JSON text of at most ``limit`` UTF-8 bytes, storable by every
-    engine; else ``error`` naming the problem (``what`` is "payload" or "result")."""
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except RecursionError:
-        raise error(_too_deep(what)) from None
-    except (TypeError, ValueError) as exc:
-        raise error(f"{what} is not JSON-serialisable: {exc}") from None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise error(f"{what} holds text that is not valid Unicode (a lone "
-                    f"surrogate?): {exc}") from None
-    if size > limit:
-        raise error(f"{what} is {size} bytes of JSON, over the limit of {limit} ({option})")
-    if "\\u0000" in text and _JSON_NUL.search(text):
-        raise error(f"{what} contains a NUL character (\\u0000) in a string or an object "
-                    "key, which PostgreSQL cannot store: portq refuses it on every engine")
-    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and \
-            _nesting_exceeds(value, MAX_PAYLOAD_DEPTH):
-        raise error(_too_deep(what))
-    return text
-
-
-def _too_deep(what: str) -> str:
-    return (f"{what} nests arrays/objects more than {MAX_PAYLOAD_DEPTH} levels deep, "
-            "the limit on every engine (MariaDB refuses 32)")
-
-
-def _storable_text(text: str) -> bool:
-    """True when every engine can store ``text``: valid UTF-8 without NUL."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _nesting_exceeds(value: Any, limit: int) -> bool:
-    """True when a JSON-serialisable value nests arrays/objects more than ``limit`` deep
-    (iterative: no recursion limit)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[Any] = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def _claim_of(job: Job | Claim) -> Claim:

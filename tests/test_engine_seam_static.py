@@ -59,7 +59,7 @@ def _backend_reads(path: Path) -> set[str]:
 
 
 RUNTIME = sorted([*(PORTQ / "runtime").glob("*.py"), PORTQ / "worker.py", PORTQ / "queue.py",
-                  PORTQ / "registry.py"])
+                  PORTQ / "operators.py", PORTQ / "registry.py"])
 
 
 @pytest.mark.parametrize("path", RUNTIME, ids=lambda p: p.name)

@@ -1,0 +1,198 @@
+"""The claim loops: claim rounds sized by :class:`~portq.runtime.pacing.Pacing` and the
+look-ahead, batching of freed slots, give-backs of jobs left unstarted, maintenance and
+the ``burst`` exit test."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from portq.runtime.maintenance import queues_drained
+from portq.runtime.pacing import BATCH_LIMIT, Pacing
+from portq.runtime.writer import Writer
+
+#: claims in a row whose jobs were all given back unstarted before the worker stops
+#: claiming until a handler starts a job again (its handler slots are not serving)
+FUTILE_GIVE_BACKS = 3
+
+
+class ClaimLoops(Writer):
+    """The claim loops of a runtime (see the module)."""
+
+    def _claim_loop(self, main: bool = True) -> None:
+        """Claim rounds until stopped. The ``main`` loop also gives back jobs left
+        unstarted too long, reaps, prunes and, with ``burst``, decides when the queues are
+        drained; the others only claim, and with the automatic look-ahead only while
+        there is one (slow jobs need no second claim loop)."""
+        s = self.settings
+        pacing = Pacing(self.queues, s.idle_min, s.idle_max)
+        while not self._stopping.is_set():
+            if s.auto_lookahead:
+                if main:
+                    self._give_back_stale()
+                elif self.lookahead.size() == 0:
+                    self._stopping.wait(0.05)
+                    continue
+            written = self._write_outcomes(self._writes.take(BATCH_LIMIT)) \
+                if s.single_writer else 0
+            if self._futile >= FUTILE_GIVE_BACKS:
+                # nothing it claims gets started: claim again only after a pause of a lease,
+                # so that give-backs stay rare and the worker stays live (a slow moment
+                # must not stop it for good)
+                self._stopping.wait(max(s.idle_max, s.lease))
+                with self._lock:
+                    self._futile = FUTILE_GIVE_BACKS - 1
+            try:
+                claimed = self._claim_round(pacing)
+                if main and self.maintenance.due():
+                    with self.watch("reap/prune"):
+                        self.maintenance.run_due()
+                if main and s.options.burst and claimed == 0 and self._burst_over():
+                    return
+            except Exception as exc:  # noqa: BLE001 - the database may be down: back off
+                delay = pacing.error_delay()
+                self.log.warning("worker.db_error worker=%s error=%s: %s; retrying in %.2fs",
+                                 self.worker_id, type(exc).__name__, exc, delay)
+                self._sleep(delay)
+                continue
+            if claimed or written:
+                self._gather_free_slots()
+                if self._free() <= 0 and not self._outcomes_waiting():
+                    # woken as soon as a slot frees (or, for a single writer, a job is done)
+                    self._sleep(min(s.idle_max, self.lookahead.max_wait / 2)
+                                if s.auto_lookahead else s.idle_max)
+            else:
+                self._sleep(min(pacing.idle_delay(), self.maintenance.seconds_to_reap()))
+
+    def _claim_round(self, pacing: Pacing) -> int:
+        """One claim from each queue in turn, each for its share of the free slots (which
+        it reserves while it claims, so that other claim loops leave them alone)."""
+        claimed = tried = 0
+        turns = pacing.turns()
+        for i, name in enumerate(turns):
+            limited = not self.queue.backend.known_unlimited(name)
+            with self._lock:
+                free = self._free_locked()
+                if limited:  # a limit counts held jobs as started: claim for idle slots only
+                    free = min(free, self._idle_slots_locked())
+                want = min(pacing.share(free, len(turns) - i), self.settings.batch) \
+                    if free > 0 and not self._stopping.is_set() else 0
+                self._claiming += want
+                if want > 0:
+                    self._claims_begun += 1
+            if want <= 0:
+                break
+            claimed += self._claim(name, want)
+            tried += 1
+        pacing.finish_round(tried, claimed)
+        return claimed
+
+    def _free(self) -> int:
+        with self._lock:
+            return self._free_locked()
+
+    def _idle(self) -> bool:
+        """Nothing held and no claim in progress."""
+        with self._lock:
+            return self._held_locked() == 0
+
+    def _outcomes_waiting(self) -> int:
+        """Outcomes a single writer has still to write (0 elsewhere: writers do that)."""
+        if not self.settings.single_writer:
+            return 0
+        with self._lock:
+            return len(self._acking)
+
+    def _gather_free_slots(self) -> None:
+        """Wait briefly (``gather_seconds``) until a whole batch of slots is free (for a
+        single writer: free, or held by outcomes it will write first), so that short jobs
+        are claimed in batches rather than one claim per finished job."""
+        want = max(1, min(self.settings.batch, self._capacity_now()))
+        deadline = time.monotonic() + self.gather_seconds
+        while not self._stopping.is_set() and \
+                self._free() + self._outcomes_waiting() < want and not self._idle():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._sleep(left)
+
+    def _sleep(self, seconds: float) -> None:
+        self._wake.wait(max(0.0, seconds))
+        self._wake.clear()
+
+    def _claim(self, name: str, want: int) -> int:
+        """Claim up to ``want`` jobs (slots this loop reserved) into the waiting line."""
+        started = time.perf_counter()
+        try:
+            with self.watch("claim"):
+                jobs = self.queue.claim(name, self.worker_id, limit=want,
+                                        lease=self.settings.lease)
+        except BaseException:
+            with self._lock:
+                self._claiming -= want
+            raise
+        took = time.perf_counter() - started
+        self.counters.record_claim(took, name)
+        claimed_at = time.monotonic()
+        with self._lock:
+            self.lookahead.claim_took(took)
+            self._claiming -= want
+            for job in jobs:
+                self._inflight[job.id] = job
+                if self._renewed_at:  # a renewal of its previous attempt is not this one's
+                    self._renewed_at.pop(job.id, None)
+            self._busy += len(jobs)
+        self.counters.add("claimed", len(jobs), name)
+        if self.log.isEnabledFor(logging.DEBUG):
+            for job in jobs:
+                self.log.debug("job.claimed job_id=%d queue=%s generation=%d worker=%s",
+                               job.id, job.queue, job.attempt, self.worker_id)
+        if jobs:
+            self.line.put_many((job, claimed_at) for job in jobs)
+            self._executor.jobs_waiting()
+        return len(jobs)
+
+    def _give_back_stale(self) -> None:
+        """Give back the jobs claimed ahead that no handler started within the look-ahead's
+        bound (a fraction of the lease); their attempt is given back and another worker
+        may take them at once. Claims whose jobs are all given back, time after time with
+        no handler starting between them, stop the claiming until one starts."""
+        cutoff = time.monotonic() - self.lookahead.max_wait
+        stale = [job for job, _ in self.line.take_while(lambda item: item[1] < cutoff)]
+        if not stale:
+            return
+        with self._lock:
+            self.lookahead.stalled(self.lookahead.max_wait)
+            self._futile = self._futile + 1 if self._started == 0 else 1
+            self._started = 0
+            futile = self._futile
+        if futile == FUTILE_GIVE_BACKS and not self._stall_said:
+            self._stall_said = True
+            self.log.error("worker.stalled worker=%s: %d claims in a row were given back "
+                           "unstarted (no handler slot took a job); it claims once a lease "
+                           "until one does", self.worker_id, futile)
+        self._disown(stale)
+        self._release(stale, "not started within the look-ahead bound")
+
+    def _burst_over(self) -> bool:
+        """With ``burst``: whether the queues are drained and nothing is held; if so, the
+        other claim loops are stopped in the same step. A claim another loop began while
+        the queues were probed may hold rows the probe skipped as locked, so it counts as
+        not drained (its jobs would otherwise be claimed and given back at the exit)."""
+        with self._lock:
+            if self._held_locked():
+                return False
+            begun = self._claims_begun
+        if not self._drained():
+            return False
+        with self._lock:
+            if self._claims_begun != begun or self._held_locked():
+                return False
+            self._stopping.set()  # the other claim loops end too, and begin no claim
+        return True
+
+    def _drained(self) -> bool:
+        """The ``burst`` exit test: no job of the queues is ready and due or running
+        (whoever runs it), and every job this worker's reaper returned is due."""
+        return not self.maintenance.reaped_waiting() and \
+            queues_drained(self.queue.backend, self.queues)

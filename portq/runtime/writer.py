@@ -1,0 +1,150 @@
+"""Writing outcomes: the writers' loop, completions batched into one statement, results,
+failures, snoozes and give-backs, each retried through connection trouble while the
+lease lives (:class:`~portq.runtime.counters.WriteRetry`)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+
+from portq.job import Job
+from portq.queue import MAX_SNOOZES, _claim_of
+from portq.runtime.counters import WriteRetry
+from portq.runtime.execution import DEAD, RELEASE, RETRY, SNOOZE, SUCCEEDED, Outcome
+from portq.runtime.ledger import Ledger
+from portq.runtime.pacing import BATCH_LIMIT
+
+
+class Writer(Ledger):
+    """Writes the outcomes handed over by the handler slots (see the module)."""
+
+    def _write_loop(self) -> None:
+        """A writer: write the outcomes the handler slots handed over, the completions of
+        a batch (up to ``BATCH_LIMIT``) in one statement; once the mailbox is closed,
+        write what is left, then stop."""
+        while outcomes := self._writes.get_batch(BATCH_LIMIT, self.settings.ack_delay):
+            self._write_outcomes(outcomes)
+            self._wake.set()
+
+    def _write_outcomes(self, outcomes: Sequence[Outcome]) -> int:
+        """Write handed-over outcomes: results first (each in its own transaction), then
+        the completions in one statement (``Queue.complete_many``), then failures and
+        give-backs one by one; free their slots. How many were handed over."""
+        if not outcomes:
+            return 0
+        with self._lock:
+            owned = {j.id for j in self._mark_writing([o.job for o in outcomes])}
+        mine = [o for o in outcomes if o.job.id in owned]  # one lost meanwhile: not reported
+        completions = [o.job for o in mine if o.kind == SUCCEEDED and
+                       (o.result is None or self._store_result(o.job, o.result))]
+        if completions:
+            with self.watch("complete_many"):
+                written = self._write(completions, functools.partial(
+                    self.queue.complete_many, completions))
+            if written is not None:
+                results, interrupted = written
+                self.outcomes.succeeded([j for j, ok in zip(completions, results, strict=True)
+                                         if ok])
+                for job, ok in zip(completions, results, strict=True):
+                    if not ok:
+                        self._record(job, SUCCEEDED, ok, interrupted, "", None)
+        for o in mine:
+            if o.kind in (RETRY, DEAD):
+                self._write_failure(o)
+            elif o.kind == RELEASE:
+                self._release([o.job], o.error)
+            elif o.kind == SNOOZE:
+                self._write_snooze(o)
+        with self._lock:
+            for o in outcomes:
+                if self._acking.get(o.job.id) is o.job:
+                    del self._acking[o.job.id]
+                self._forget(o.job)
+        return len(outcomes)
+
+    def _store_result(self, job: Job, text: str) -> bool:
+        """Store a handler's return value before its completion; False when the claim lost
+        the job (logged) or the lease ran out first."""
+        with self.watch("store_result"):
+            written = self._write([job], lambda: [self.queue.backend.store_result(
+                _claim_of(job), text)])
+        if written is not None and not written[0][0]:
+            self._record(job, SUCCEEDED, False, written[1], "", None)
+        return written is not None and written[0][0]
+
+    def _write_failure(self, o: Outcome) -> None:
+        retry_in = None if o.kind == DEAD else o.retry_in
+        with self.watch("fail"):
+            written = self._write([o.job], lambda: [self.queue.fail(o.job, o.error,
+                                                                    retry_in=retry_in)])
+        if written is not None:
+            self._record(o.job, o.kind, written[0][0], written[1], o.error, retry_in)
+
+    def _write_snooze(self, o: Outcome) -> None:
+        """Reschedule a snoozed job (its attempt given back); past the most snoozes a job
+        may have, the attempt fails instead."""
+        delay = o.retry_in or 0.0
+        with self.watch("snooze"):
+            written = self._write([o.job], lambda: [self.queue.snooze(o.job, delay)])
+        if written is None:
+            return
+        if written[0][0]:
+            self.outcomes.snoozed(o.job, delay)
+            return
+        if self._was_cancelled([o.job])[0]:
+            self.outcomes.cancelled(o.job, "its snooze's write was refused")
+            return
+        self._write_failure(Outcome(o.job, RETRY, f"Snooze: snoozed {MAX_SNOOZES} times "
+                                    "already, the most a job may be; this attempt counts as "
+                                    "failed", self.backoff.delay(o.job.attempt)))
+
+    def _write(self, jobs: Sequence[Job], write: Callable[[], list[bool]]
+               ) -> tuple[list[bool], bool] | None:
+        """``write()`` retried through connection trouble (:class:`WriteRetry`): its
+        results and whether an earlier try was cut (and may have committed after all), or
+        None when the lease ran out first (the jobs will run again)."""
+        retry = WriteRetry(jobs, self.settings.lease, self.worker_id, self.log)
+        while True:
+            try:
+                return write(), retry.interrupted
+            except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
+                delay = retry.failed(exc)
+                if delay is None:
+                    return None
+                time.sleep(delay)
+
+    def _record(self, job: Job, outcome: str, ok: bool, interrupted: bool, error: str,
+                retry_in: float | None) -> None:
+        """Count and log one written outcome (a refused one as cancelled when it was)."""
+        if ok:
+            self.outcomes.written(job, outcome, error, retry_in)
+        else:
+            self.outcomes.refused(job, outcome, interrupted, self._was_cancelled([job])[0])
+
+    def _was_cancelled(self, jobs: Sequence[Job]) -> list[bool]:
+        """Whether each job's generation was cancelled (False where that cannot be read)."""
+        try:
+            return self.queue.backend.cancelled([_claim_of(j) for j in jobs])
+        except Exception as exc:  # noqa: BLE001 - then it counts as lost
+            self.log.warning("worker.db_error worker=%s error=%s: %s; could not tell whether "
+                             "job_id=%s was cancelled", self.worker_id, type(exc).__name__,
+                             exc, ",".join(str(j.id) for j in jobs))
+            return [False] * len(jobs)
+
+
+    def _release(self, jobs: Sequence[Job], why: str) -> None:
+        """Give ``jobs`` back to ready (the attempt is given back too)."""
+        for job in jobs:
+            try:
+                with self.watch("release"):
+                    released = self.queue.release(job)
+            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
+                self.log.error("job.release_failed job_id=%d worker=%s error=%s",
+                               job.id, self.worker_id, exc)
+                continue
+            if released:
+                self.outcomes.released(job, why)
+            else:
+                self.outcomes.lost(job, f"could not be given back ({why}): its lease had "
+                                   "expired or another owner took it")
