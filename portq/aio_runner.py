@@ -1,0 +1,184 @@
+"""How :class:`portq.aio.AsyncQueue` runs one sync operation without blocking the loop.
+
+Each operation is written once, synchronously (:class:`portq.Queue` over
+:mod:`portq.backends.sql`). A :class:`Runner` runs it for the event loop:
+
+- :class:`BridgeRunner`, where the backend opens a driver's asyncio connection
+  (``native_async``: psycopg on PostgreSQL): the operation runs in a greenlet on the
+  loop's own thread (:mod:`portq.aio_bridge`), its transactions on a pool of the runner's
+  own ``AsyncConnection``\\ s (:class:`BridgedPool`), each driver call and each retry's
+  sleep awaited;
+- :class:`ThreadRunner` elsewhere: the operation runs on a bounded pool of threads, on
+  the backend's own connections.
+
+Either way the operation is the sync one: the same statements, round trips and retries
+(transient conflicts; once, a connection lost before COMMIT), and the caller's context
+variables (a trace's span) go with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from portq.aio_bridge import BridgedConnection, await_, run_sync
+from portq.backends.sql import SqlBackend
+from portq.errors import DatabaseError
+from portq.pool import close_quietly, context_pool
+
+T = TypeVar("T")
+
+
+class Runner(Protocol):
+    """Runs a sync operation for an event loop; what :class:`portq.aio.AsyncQueue` uses."""
+
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
+        """``fn(*args, **kw)``, awaited, in a copy of the caller's context."""
+        ...
+
+    async def close(self) -> None:
+        """Wait for running calls, then free the runner's threads or connections."""
+        ...
+
+
+def runner_for(backend: SqlBackend) -> Runner:
+    """The backend's runner: :class:`BridgeRunner` where it is ``native_async`` (and the
+    greenlet package is installed), else :class:`ThreadRunner`."""
+    if backend.native_async:
+        try:
+            import greenlet  # noqa: F401 - the bridge's one dependency
+        except ImportError:
+            pass
+        else:
+            return BridgeRunner(backend)
+    return ThreadRunner(backend.pool_size)
+
+
+class ThreadRunner:
+    """Each call on one of at most ``size`` threads (started when first used)."""
+
+    def __init__(self, size: int) -> None:
+        self._threads = ThreadPoolExecutor(max_workers=max(1, size),
+                                           thread_name_prefix="portq-aio")
+
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, functools.partial(context.run, fn, *args, **kw))
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._threads.shutdown, True)
+
+
+class BridgeRunner:
+    """Each call in a greenlet on the loop's thread, its transactions on the runner's
+    :class:`BridgedPool`."""
+
+    def __init__(self, backend: SqlBackend) -> None:
+        self.pool = BridgedPool(backend, backend.pool_size, backend.pool.timeout)
+        self._running: set[asyncio.Future[Any]] = set()
+
+    async def call(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
+        if self.pool.closed:
+            raise DatabaseError("connection pool is closed")
+        task: asyncio.Future[T] = asyncio.ensure_future(
+            run_sync(self._inside, functools.partial(fn, *args, **kw)))
+        self._running.add(task)
+        try:
+            return await task
+        finally:
+            self._running.discard(task)
+
+    def _inside(self, op: Callable[[], T]) -> T:
+        context_pool.set(self.pool)  # in the greenlet's own copy of the context
+        return op()
+
+    async def close(self) -> None:
+        await asyncio.gather(*self._running, return_exceptions=True)
+        await self.pool.close()
+
+
+class BridgedPool:
+    """The async runner's connections: at most ``max_size`` psycopg ``AsyncConnection``\\ s
+    (each a :class:`portq.aio_bridge.BridgedConnection`), reused LIFO; a broken one is
+    closed with every idle one (as :class:`portq.pool.Pool` does). :meth:`acquire` and
+    :meth:`release` are called by the sync operation inside the bridge: waiting for a free
+    connection, opening one (with the backend's session setup: statement timeout, server
+    identity check) and closing one are awaited on the loop."""
+
+    def __init__(self, backend: SqlBackend, max_size: int, timeout: float) -> None:
+        self.backend = backend
+        self.max_size = max_size
+        self._timeout = timeout
+        self._slots = asyncio.Semaphore(max_size)
+        self._idle: list[BridgedConnection] = []
+        self._timeouts: dict[int, int | None] = {}  # id(conn) -> its statement timeout
+        self.size = 0  # connections open now (idle or handed out)
+        self.closed = False
+
+    def acquire(self) -> BridgedConnection:
+        """A connection, waiting (awaited) up to the pool timeout for a free one."""
+        if self.closed:
+            raise DatabaseError("connection pool is closed")
+        try:
+            await_(asyncio.wait_for(self._slots.acquire(), self._timeout))
+        except TimeoutError:
+            raise DatabaseError(f"no free database connection after {self._timeout:.0f}s "
+                                f"(async pool max_size={self.max_size})") from None
+        try:
+            return self._take()
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _take(self) -> BridgedConnection:
+        wanted = self.backend.statement_timeout_ms
+        if self._idle:
+            conn = self._idle.pop()
+            if self._timeouts.get(id(conn)) != wanted:  # bound_statements changed it
+                try:
+                    self.backend.limit_statements(conn, wanted)
+                except BaseException:
+                    self._discard([conn])
+                    raise
+                self._timeouts[id(conn)] = wanted
+            return conn
+        opened: BridgedConnection = self.backend.open_connection(self._connect)
+        self.size += 1
+        self._timeouts[id(opened)] = wanted
+        return opened
+
+    def _connect(self) -> BridgedConnection:
+        return BridgedConnection(await_(self.backend.connect_async()))
+
+    def release(self, conn: Any, broken: bool = False) -> None:
+        """Return ``conn``; a ``broken`` one is closed together with every idle one."""
+        self._slots.release()
+        if broken or self.closed:
+            dead = [conn]
+            if broken:
+                dead, self._idle = dead + self._idle, []
+            self._discard(dead)
+        else:
+            self._idle.append(conn)
+
+    def _discard(self, conns: list[Any]) -> None:
+        self.size -= len(conns)
+        for conn in conns:
+            self._timeouts.pop(id(conn), None)
+            close_quietly(conn)
+
+    async def close(self) -> None:
+        """Close the idle connections; one in use is closed when it is released."""
+        self.closed = True
+        idle, self._idle = self._idle, []
+        self.size -= len(idle)
+        for conn in idle:
+            self._timeouts.pop(id(conn), None)
+            with contextlib.suppress(Exception):  # already dead
+                await conn.aclose()
