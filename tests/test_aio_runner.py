@@ -269,3 +269,65 @@ def test_idle_connections_terminated_are_replaced(
 
     before, after, written = run(engine_url, body, pool_size=3)
     assert written == 6 and not before & after, "a terminated session was handed out"
+
+
+def test_runner_connections_have_the_sync_session_setup(
+        target: Any, engine_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's AsyncConnections are opened as the sync pool's: libpq keepalives and
+    application_name, statement_timeout_ms (and a later bound, at checkout), the server
+    identity read on each new connection."""
+    _need(target.engine, ("postgres",))
+    from portq.backends.postgres import PostgresBackend
+    read: list[str] = []
+    original = PostgresBackend.read_identity
+
+    def reading(self: PostgresBackend, conn: Any) -> Any:
+        read.append(type(conn).__name__)
+        return original(self, conn)
+    monkeypatch.setattr(PostgresBackend, "read_identity", reading)
+    settings = ("SELECT current_setting('statement_timeout'), "
+                "current_setting('lock_timeout'), application_name "
+                "FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+
+    async def body(q: aio.AsyncQueue) -> tuple[Any, Any, str]:
+        backend = q.backend
+        first = await q.runner.call(backend.run, "settings", lambda cur: tuple(
+            backend.execute(cur, settings).fetchone()))
+        with pytest.raises(portq.errors.StatementTimeout):
+            await q.runner.call(backend.run, "slow", lambda cur: backend.execute(
+                cur, "SELECT pg_sleep(2)").fetchone())
+        backend.bound_statements(3000)
+        later = await q.runner.call(backend.run, "settings", lambda cur: tuple(
+            backend.execute(cur, settings).fetchone()))
+        info = q.runner.pool._idle[0]._conn.info  # type: ignore[attr-defined]
+        return first, later, info.get_parameters().get("keepalives_idle", "")
+
+    first, later, keepalives_idle = run(engine_url, body, statement_timeout_ms=500)
+    assert first == ("500ms", "250ms", "portq") and later[:2] == ("3s", "1500ms")
+    assert keepalives_idle == "30"
+    assert "BridgedConnection" in read
+
+
+def test_cancelled_operation_gives_its_connection_back(target: Any, engine_url: str,
+                                                       qname: str) -> None:
+    """A task cancelled while its statement runs (pg_sleep) ends at once and leaves the
+    pool usable: with one connection, the next operation runs at once."""
+    _need(target.engine, ("postgres",))
+
+    async def body(q: aio.AsyncQueue) -> tuple[float, int]:
+        backend = q.backend
+        slow = asyncio.create_task(q.runner.call(backend.run, "sleep", lambda cur: (
+            backend.execute(cur, "SELECT pg_sleep(5)").fetchone())))
+        await asyncio.sleep(0.3)
+        cancelled_at = time.monotonic()
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        assert time.monotonic() - cancelled_at < 2.0  # not after pg_sleep's 5 s
+        started = time.monotonic()
+        job_id = await q.enqueue(qname, "after")
+        assert (await q.job(job_id)) is not None
+        return time.monotonic() - started, q.runner.pool.size  # type: ignore[attr-defined]
+
+    took, size = run(engine_url, body, pool_size=1)
+    assert took < 2.0 and size <= 1
