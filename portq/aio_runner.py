@@ -116,6 +116,8 @@ class BridgedPool:
         self.max_size = max_size
         self._timeout = timeout
         self._slots = asyncio.Semaphore(max_size)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one _slots waits on
+        self._in_use = 0
         self._idle: list[BridgedConnection] = []
         self._timeouts: dict[int, int | None] = {}  # id(conn) -> its statement timeout
         self.size = 0  # connections open now (idle or handed out)
@@ -126,15 +128,29 @@ class BridgedPool:
         if self.closed:
             raise DatabaseError("connection pool is closed")
         try:
-            await_(asyncio.wait_for(self._slots.acquire(), self._timeout))
+            await_(asyncio.wait_for(self._slots_of_this_loop().acquire(), self._timeout))
         except TimeoutError:
             raise DatabaseError(f"no free database connection after {self._timeout:.0f}s "
                                 f"(async pool max_size={self.max_size})") from None
+        self._in_use += 1
         try:
             return self._take()
         except BaseException:
-            self._slots.release()
+            self._give_slot()
             raise
+
+    def _slots_of_this_loop(self) -> asyncio.Semaphore:
+        """The slots, waited on in the running loop: a queue used by one loop after
+        another (``asyncio.run`` twice) gets slots of the new loop for those not in use."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop = loop
+            self._slots = asyncio.Semaphore(self.max_size - self._in_use)
+        return self._slots
+
+    def _give_slot(self) -> None:
+        self._in_use -= 1
+        self._slots.release()
 
     def _take(self) -> BridgedConnection:
         wanted = self.backend.statement_timeout_ms
@@ -158,7 +174,7 @@ class BridgedPool:
 
     def release(self, conn: Any, broken: bool = False) -> None:
         """Return ``conn``; a ``broken`` one is closed together with every idle one."""
-        self._slots.release()
+        self._give_slot()
         if broken or self.closed:
             dead = [conn]
             if broken:

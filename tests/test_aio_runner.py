@@ -331,3 +331,18 @@ def test_cancelled_operation_gives_its_connection_back(target: Any, engine_url: 
 
     took, size = run(engine_url, body, pool_size=1)
     assert took < 2.0 and size <= 1
+
+
+def test_one_queue_used_by_one_loop_after_another(engine_url: str, qname: str) -> None:
+    """An AsyncQueue made once and used under two asyncio.run calls, each with more
+    concurrent operations than its pool (2) has connections."""
+    queue = portq.connect(engine_url, prefix=TEST_PREFIX, pool_size=2)
+    aq = aio.AsyncQueue(queue)
+
+    async def many() -> int:
+        return len(await asyncio.gather(*(aq.enqueue(qname, i) for i in range(8))))
+    try:
+        assert asyncio.run(many()) == 8 and asyncio.run(many()) == 8
+        assert len(queue.jobs(queue=qname, limit=100)) == 16
+    finally:
+        asyncio.run(aq.close())
