@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -115,7 +116,11 @@ class BridgedCursor:
         return int(self._cursor.rowcount)
 
     def __getattr__(self, name: str) -> Any:  # adapters, description, ...
-        return getattr(self._cursor, name)
+        value = getattr(self._cursor, name)
+        if inspect.iscoroutinefunction(value):  # would return an un-awaited coroutine
+            raise AttributeError(f"{name}() is not bridged (the async cursor's is a "
+                                 "coroutine)")
+        return value
 
 
 class BridgedConnection:

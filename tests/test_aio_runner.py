@@ -346,3 +346,19 @@ def test_one_queue_used_by_one_loop_after_another(engine_url: str, qname: str) -
         assert len(queue.jobs(queue=qname, limit=100)) == 16
     finally:
         asyncio.run(aq.close())
+
+
+def test_a_cursor_coroutine_the_bridge_does_not_wrap_is_refused(target: Any,
+                                                              engine_url: str) -> None:
+    """An AsyncCursor method the bridge does not await (fetchmany) raises instead of
+    returning an un-awaited coroutine."""
+    _need(target.engine, ("postgres",))
+
+    async def body(q: aio.AsyncQueue) -> None:
+        backend = q.backend
+        with pytest.raises(AttributeError, match="fetchmany"):
+            await q.runner.call(backend.run, "many", lambda cur: backend.execute(
+                cur, "SELECT 1").fetchmany(1))
+        assert await q.runner.call(backend.run, "one", lambda cur: backend.execute(
+            cur, "SELECT 1").fetchone()[0]) == 1
+    run(engine_url, body)
