@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
@@ -29,9 +31,10 @@ from typing import Any, Protocol, TypeVar
 from portq.aio_bridge import BridgedConnection, await_, run_sync
 from portq.backends.sql import SqlBackend
 from portq.errors import DatabaseError
-from portq.pool import close_quietly, context_pool
+from portq.pool import FULL_HOLD_S, close_quietly, context_pool, server_full
 
 T = TypeVar("T")
+log = logging.getLogger("portq.pool")
 
 
 class Runner(Protocol):
@@ -109,7 +112,8 @@ class BridgedPool:
     closed with every idle one (as :class:`portq.pool.Pool` does). :meth:`acquire` and
     :meth:`release` are called by the sync operation inside the bridge: waiting for a free
     connection, opening one (with the backend's session setup: statement timeout, server
-    identity check) and closing one are awaited on the loop."""
+    identity check) and closing one are awaited on the loop. A server at its connection
+    limit makes an operation wait for one of this pool's connections, as there."""
 
     def __init__(self, backend: SqlBackend, max_size: int, timeout: float) -> None:
         self.backend = backend
@@ -122,6 +126,10 @@ class BridgedPool:
         self._timeouts: dict[int, int | None] = {}  # id(conn) -> its statement timeout
         self.size = 0  # connections open now (idle or handed out)
         self.closed = False
+        # the server refused a connection for being full: until _full_until no more than
+        # _full_size are tried; operations wait in _waiters for one to be released
+        self._full_until, self._full_size, self._full_said = 0.0, 0, False
+        self._waiters: list[asyncio.Future[BridgedConnection | None]] = []
 
     def acquire(self) -> BridgedConnection:
         """A connection, waiting (awaited) up to the pool timeout for a free one."""
@@ -153,21 +161,82 @@ class BridgedPool:
         self._slots.release()
 
     def _take(self) -> BridgedConnection:
-        wanted = self.backend.statement_timeout_ms
-        if self._idle:
-            conn = self._idle.pop()
-            if self._timeouts.get(id(conn)) != wanted:  # bound_statements changed it
+        """An idle connection, else a new one; where the server refused one for being
+        full and others of ours are open, the next one released (as :class:`Pool`)."""
+        while True:
+            if self._idle:
+                return self._ready(self._idle.pop())
+            if not self._held_full():
                 try:
-                    self.backend.limit_statements(conn, wanted)
-                except BaseException:
-                    self._discard([conn])
-                    raise
-                self._timeouts[id(conn)] = wanted
-            return conn
-        opened: BridgedConnection = self.backend.open_connection(self._connect)
-        self.size += 1
-        self._timeouts[id(opened)] = wanted
-        return opened
+                    opened: BridgedConnection = self.backend.open_connection(self._connect)
+                except BaseException as exc:
+                    if not self._refused_for_full(exc):
+                        raise
+                else:
+                    self.size += 1
+                    self._timeouts[id(opened)] = self.backend.statement_timeout_ms
+                    return opened
+            handed = self._wait_for_release()
+            if handed is not None:
+                return self._ready(handed)
+
+    def _ready(self, conn: BridgedConnection) -> BridgedConnection:
+        """``conn`` with the backend's statement timeout (``bound_statements`` may have
+        changed it since it was opened)."""
+        wanted = self.backend.statement_timeout_ms
+        if self._timeouts.get(id(conn)) != wanted:
+            try:
+                self.backend.limit_statements(conn, wanted)
+            except BaseException:
+                self._discard([conn])
+                raise
+            self._timeouts[id(conn)] = wanted
+        return conn
+
+    def _refused_for_full(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the server refusing a connection for having as many as it
+        allows while this pool holds some: then no new one is tried for FULL_HOLD_S."""
+        if self.size == 0 or self.closed or not server_full(exc):
+            return False
+        self._full_until, self._full_size = time.monotonic() + FULL_HOLD_S, self.size
+        if not self._full_said:
+            self._full_said = True
+            log.warning("pool.server_full size=%d: the server refused another connection "
+                        "(%s); this async pool waits for one of its %d for %.0fs",
+                        self.size + 1, type(exc).__name__, self.size, FULL_HOLD_S)
+        return True
+
+    def _held_full(self) -> bool:
+        return self.size >= self._full_size and time.monotonic() < self._full_until
+
+    def _wait_for_release(self) -> BridgedConnection | None:
+        """The next connection released (None: one was closed, try opening one)."""
+        waiter: asyncio.Future[BridgedConnection | None] = \
+            asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await_(asyncio.wait_for(waiter, self._timeout))
+        except TimeoutError:
+            raise DatabaseError(f"no free database connection after {self._timeout:.0f}s "
+                                f"(async pool max_size={self.max_size}, server full)"
+                                ) from None
+        except BaseException:
+            if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
+                self._hand_over(waiter.result())  # handed over as this one gave up
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+    def _hand_over(self, conn: BridgedConnection | None) -> None:
+        """Give ``conn`` to the first operation waiting for one, else keep it idle."""
+        while self._waiters:
+            waiter = self._waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        if conn is not None:
+            self._idle.append(conn)
 
     def _connect(self) -> BridgedConnection:
         return BridgedConnection(await_(self.backend.connect_async()))
@@ -180,8 +249,9 @@ class BridgedPool:
             if broken:
                 dead, self._idle = dead + self._idle, []
             self._discard(dead)
+            self._hand_over(None)  # room for a new one: a waiter may open it
         else:
-            self._idle.append(conn)
+            self._hand_over(conn)
 
     def _discard(self, conns: list[Any]) -> None:
         self.size -= len(conns)

@@ -362,3 +362,63 @@ def test_a_cursor_coroutine_the_bridge_does_not_wrap_is_refused(target: Any,
         assert await q.runner.call(backend.run, "one", lambda cur: backend.execute(
             cur, "SELECT 1").fetchone()[0]) == 1
     run(engine_url, body)
+
+
+LIMITED_ROLE = "portq_f_aio_limited"  # this file's own: another test's role keeps its limit
+
+
+def _admin_sql(admin: portq.Queue, sql: str) -> None:
+    admin.backend.run("admin", lambda cur: cur.execute(sql))
+
+
+@pytest.fixture
+def limited_pg_url(target: Any, engine_url: str) -> Iterator[str]:
+    """The PostgreSQL test database as a role that may hold 2 connections at once."""
+    _need(target.engine, ("postgres",))
+    database = portq.url.parse_url(engine_url).database
+    with portq.connect(engine_url) as admin:
+        for sql in (f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+                    f"'{LIMITED_ROLE}') THEN CREATE ROLE {LIMITED_ROLE} LOGIN CONNECTION "
+                    f"LIMIT 2; END IF; END $$",
+                    f"GRANT ALL ON SCHEMA public TO {LIMITED_ROLE}",
+                    f"GRANT CONNECT, CREATE ON DATABASE {database} TO {LIMITED_ROLE}"):
+            _admin_sql(admin, sql)
+        try:
+            yield engine_url.replace("postgres@", f"{LIMITED_ROLE}@", 1)
+        finally:
+            for sql in (f"DROP OWNED BY {LIMITED_ROLE}", f"DROP ROLE {LIMITED_ROLE}"):
+                _admin_sql(admin, sql)
+
+
+def test_a_full_server_makes_the_async_pool_wait_for_one_of_its_own(
+        limited_pg_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Three operations at once hold a connection each; the server lets the role have
+    two: the third waits for one of the pool's (logged once), then all finish."""
+    caplog.set_level("WARNING", logger="portq.pool")
+
+    async def body(q: aio.AsyncQueue) -> tuple[list[int], int]:
+        q.queue.backend.pool.close()  # the sync Queue's connection: not this test's
+        backend = q.backend
+        gate = asyncio.Event()
+
+        def op(cur: Any) -> int:
+            sid = int(backend.execute(cur, "SELECT pg_backend_pid()").fetchone()[0])
+            from portq.aio_bridge import await_
+            await_(gate.wait())
+            return sid
+        first = [asyncio.create_task(q.runner.call(backend.run, "hold", op))
+                 for _ in range(2)]
+        try:
+            await asyncio.sleep(0.3)
+            third = asyncio.create_task(q.runner.call(backend.run, "hold", op))
+            await asyncio.sleep(0.5)
+            waited = not third.done()
+        finally:
+            gate.set()  # the holders end either way (close waits for them)
+        sids = await asyncio.gather(*first, third)
+        assert waited, "the third should have waited for a connection, not failed"
+        return sids, q.runner.pool.size  # type: ignore[attr-defined]
+
+    sids, size = run(limited_pg_url, body, pool_size=4)
+    assert len(set(sids)) == 2 and size == 2
+    assert caplog.text.count("pool.server_full") == 1
