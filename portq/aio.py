@@ -3,16 +3,17 @@
 Every operation is written once, synchronously (:class:`portq.Queue` over
 :mod:`portq.backends.sql`); :class:`AsyncQueue` only delegates, on every engine:
 
-- operations in portq's own transactions run the sync operation on a bounded pool of
-  threads (as many as the backend's connection pool holds): the same statements, round
-  trips (a claim or a completion on PostgreSQL is one autocommit statement), retries of
-  transient conflicts and the retry, once, of a connection lost before COMMIT; the
-  caller's context variables (a trace's span) go with each call;
+- operations in portq's own transactions go to the backend's runner
+  (:mod:`portq.aio_runner`): on PostgreSQL the sync operation runs in a greenlet on the
+  loop's thread over a pool of psycopg ``AsyncConnection``\\ s, each driver call awaited;
+  elsewhere on a bounded pool of threads. Either way: the same statements, round trips (a
+  claim or a completion on PostgreSQL is one autocommit statement), retries of transient
+  conflicts and the retry, once, of a connection lost before COMMIT; the caller's context
+  variables (a trace's span) go with each call;
 - ``enqueue(..., conn=async_conn)`` writes in the caller's open transaction and never
-  commits it: a psycopg ``AsyncConnection`` (PostgreSQL) through a greenlet bridge on the
-  loop's thread (:mod:`portq.aio_bridge`), a SQLAlchemy ``AsyncSession`` or
-  ``AsyncConnection`` through its own (``run_sync``), a sync connection on the caller's
-  thread.
+  commits it: a psycopg ``AsyncConnection`` (PostgreSQL) through the same greenlet bridge
+  (:mod:`portq.aio_bridge`), a SQLAlchemy ``AsyncSession`` or ``AsyncConnection`` through
+  its own (``run_sync``), a sync connection on the caller's thread.
 
 Validation is the sync Queue's, so both APIs accept and refuse exactly the same input::
 
@@ -26,18 +27,17 @@ Validation is the sync Queue's, so both APIs accept and refuse exactly the same 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from portq import sqla
 from portq.aio_bridge import BridgedConnection, is_async_psycopg, run_sync
+from portq.aio_runner import Runner, runner_for
 from portq.backends.sql import SqlBackend
 from portq.errors import ConfigurationError
 from portq.handler import call_soon
@@ -75,9 +75,9 @@ class AsyncQueue:
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
         self.backend: SqlBackend = queue.backend
-        # threads start when first used; never more than the pool has connections
-        self._threads = ThreadPoolExecutor(max_workers=max(1, self.backend.pool_size),
-                                           thread_name_prefix="portq-aio")
+        #: runs each operation for the loop (:mod:`portq.aio_runner`); at most as many at
+        #: once as the backend's pool has connections
+        self.runner: Runner = runner_for(self.backend)
 
     @property
     def native(self) -> bool:
@@ -97,9 +97,9 @@ class AsyncQueue:
         await self._call(self.backend.server_info)
 
     async def close(self, *, queue: bool = True) -> None:
-        """Stop the threads once their calls end; with ``queue`` also close the sync
-        Queue (its connections)."""
-        await asyncio.to_thread(self._threads.shutdown, True)
+        """Close the runner once its calls end (its threads or its connections); with
+        ``queue`` also close the sync Queue (its connections)."""
+        await self.runner.close()
         if queue:
             await asyncio.to_thread(self.queue.close)
 
@@ -110,11 +110,9 @@ class AsyncQueue:
         await self.close()
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
-        """``fn(*args, **kw)`` (a sync operation) on one of this queue's threads, in a
-        copy of the caller's context."""
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(
-            self._threads, functools.partial(context.run, fn, *args, **kw))
+        """``fn(*args, **kw)`` (a sync operation) by this queue's runner, in a copy of the
+        caller's context."""
+        return await self.runner.call(fn, *args, **kw)
 
     # ---- enqueue ------------------------------------------------------------------------
 

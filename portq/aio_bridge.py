@@ -11,7 +11,11 @@ Python between two awaits.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -46,6 +50,21 @@ def await_(awaitable: Awaitable[T]) -> T:
         raise RuntimeError("await_ called outside portq.aio_bridge.run_sync")
     result: T = current.parent.switch(_Await(awaitable))
     return result
+
+
+def in_bridge() -> bool:
+    """True inside :func:`run_sync` (its greenlet is the current one)."""
+    greenlet = sys.modules.get("greenlet")  # never imported: no bridge is running
+    return greenlet is not None and getattr(greenlet.getcurrent(), "portq_bridge", False)
+
+
+def pause(seconds: float) -> None:
+    """Wait ``seconds``: inside :func:`run_sync` an awaited ``asyncio.sleep`` (the loop
+    runs other tasks meanwhile), elsewhere ``time.sleep``."""
+    if in_bridge():
+        await_(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)
 
 
 async def run_sync(fn: Callable[..., T], *args: Any) -> T:
@@ -86,23 +105,72 @@ class BridgedCursor:
     def close(self) -> None:
         await_(self._cursor.close())
 
+    def __enter__(self) -> BridgedCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def rowcount(self) -> int:
         return int(self._cursor.rowcount)
 
     def __getattr__(self, name: str) -> Any:  # adapters, description, ...
-        return getattr(self._cursor, name)
+        value = getattr(self._cursor, name)
+        if inspect.iscoroutinefunction(value):  # would return an un-awaited coroutine
+            raise AttributeError(f"{name}() is not bridged (the async cursor's is a "
+                                 "coroutine)")
+        return value
 
 
 class BridgedConnection:
-    """A caller's psycopg ``AsyncConnection`` as the DB-API connection portq's sync
-    operations write through (inside :func:`run_sync`; never committed here)."""
+    """A psycopg ``AsyncConnection`` as the DB-API connection portq's sync operations use
+    (inside :func:`run_sync`): a caller's (never committed here) or one of an async
+    runner's own (:mod:`portq.aio_runner`)."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
 
     def cursor(self) -> BridgedCursor:
         return BridgedCursor(self._conn.cursor())
+
+    def commit(self) -> None:
+        await_(self._conn.commit())
+
+    def rollback(self) -> None:
+        await_(self._conn.rollback())
+
+    def close(self) -> None:
+        await_(self._conn.close())
+
+    async def aclose(self) -> None:
+        """Close it from a coroutine (outside the bridge)."""
+        await self._conn.close()
+
+    @property
+    def autocommit(self) -> bool:
+        return bool(self._conn.autocommit)
+
+    @autocommit.setter
+    def autocommit(self, on: bool) -> None:
+        await_(self._conn.set_autocommit(on))
+
+    @property
+    def prepare_threshold(self) -> int | None:
+        value: int | None = self._conn.prepare_threshold
+        return value
+
+    @prepare_threshold.setter
+    def prepare_threshold(self, value: int | None) -> None:
+        self._conn.prepare_threshold = value
+
+    @property
+    def info(self) -> Any:  # backend_pid, ...
+        return self._conn.info
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._conn.closed)
 
 
 def is_async_psycopg(conn: Any) -> bool:

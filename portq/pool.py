@@ -33,7 +33,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 from portq.errors import DatabaseError
 
@@ -45,6 +46,28 @@ FULL_HOLD_S = 30.0
 #: database; MySQL/MariaDB 1040 for the server, 1203/1226 for a user's max_user_connections)
 _FULL_TEXTS = ("too many clients", "remaining connection slots are reserved",
                "too many connections", "'max_user_connections'")
+
+
+class ConnectionSource(Protocol):
+    """What a backend's transactions take connections from (:class:`Pool`, or an async
+    runner's pool: :class:`portq.aio_runner.BridgedPool`)."""
+
+    def acquire(self) -> Any: ...
+
+    def release(self, conn: Any, broken: bool = False) -> None: ...
+
+
+class BorrowedSource(ConnectionSource, Protocol):
+    """A :class:`ConnectionSource` one backend's operations use in one context."""
+
+    @property
+    def backend(self) -> object: ...
+
+
+#: set inside an async runner's operations: its pool, used by its backend's transactions
+#: instead of the backend's own :class:`Pool` (see ``Transactions.connections``)
+context_pool: ContextVar[BorrowedSource | None] = ContextVar("portq_context_pool",
+                                                              default=None)
 
 
 class Pool:
@@ -74,6 +97,11 @@ class Pool:
     @property
     def max_size(self) -> int:
         return self._max_size
+
+    @property
+    def timeout(self) -> float:
+        """How long :meth:`acquire` waits for a free connection."""
+        return self._timeout
 
     @property
     def size(self) -> int:

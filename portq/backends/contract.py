@@ -70,6 +70,9 @@ class EngineHooks(Protocol):
     completes_dependents_in_statement: ClassVar[bool]
     #: how one table is dropped (``{name}``)
     drop_table_sql: ClassVar[str]
+    #: :meth:`connect_async` opens the driver's asyncio connection: ``portq.aio`` runs
+    #: operations on it through its greenlet bridge (else on threads)
+    native_async: ClassVar[bool]
 
     # ---- capabilities (properties where the engine decides per URL) ----
     @property
@@ -87,6 +90,9 @@ class EngineHooks(Protocol):
     # ---- connections and sessions ----
     def connect(self) -> Any:
         """Open a new DB-API connection with autocommit off (or managed by :meth:`begin`)."""
+
+    async def connect_async(self) -> Any:
+        """Open the driver's asyncio connection, as :meth:`connect` (``native_async``)."""
 
     def classify(self, exc: BaseException) -> ErrorKind:
         """Map a driver exception to an :class:`ErrorKind`."""

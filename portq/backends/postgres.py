@@ -73,22 +73,23 @@ class PostgresBackend(SqlBackend):
         self._listen_url = listen_url_of(self.url)
         self._pooled: bool | None = None  # a pooler in between (read at connect)
 
+    native_async = True  # psycopg's AsyncConnection: portq.aio runs operations on it
+
     def connect(self) -> Any:
-        try:
+        with _url_options_checked():
             return psycopg.connect(autocommit=False, **libpq_kwargs(self.url))
-        except psycopg.ProgrammingError as exc:
-            if "invalid connection option" not in str(exc):
-                raise
-            raise ConfigurationError(
-                f"unknown PostgreSQL URL option: {one_line(str(exc))}; the query string "
-                "takes libpq connection parameters (e.g. sslmode, connect_timeout, "
-                "application_name)"
-            ) from None
+
+    async def connect_async(self) -> Any:
+        """A psycopg ``AsyncConnection`` with :meth:`connect`'s arguments (keepalives,
+        application_name, ...); the pool's session setup follows, as for :meth:`connect`."""
+        with _url_options_checked():
+            return await psycopg.AsyncConnection.connect(autocommit=False,
+                                                         **libpq_kwargs(self.url))
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """psycopg.connect() arguments from the URL for connections portq's own pool does
-        not open (portq.aio's async pool): behind a pooler, with prepared statements off
-        (see :meth:`read_identity`). Includes the password: never log it."""
+        """psycopg.connect() arguments from the URL for connections portq's pools do not
+        open (a caller's): behind a pooler, with prepared statements off (see
+        :meth:`read_identity`). Includes the password: never log it."""
         kw = libpq_kwargs(self.url)
         if self._pooled_or_unknown():
             kw["prepare_threshold"] = None
@@ -245,6 +246,21 @@ class PostgresBackend(SqlBackend):
         """The channel ``cancel``/``cancel_many`` notify when they cancel a running job
         (``'portq_#cancel'`` in queries.sql, prefixed; no queue's channel has a '#')."""
         return self.prefix + "#cancel"
+
+
+@contextmanager
+def _url_options_checked() -> Iterator[None]:
+    """An unknown libpq option in the URL raised as one clear ConfigurationError."""
+    try:
+        yield
+    except psycopg.ProgrammingError as exc:
+        if "invalid connection option" not in str(exc):
+            raise
+        raise ConfigurationError(
+            f"unknown PostgreSQL URL option: {one_line(str(exc))}; the query string "
+            "takes libpq connection parameters (e.g. sslmode, connect_timeout, "
+            "application_name)"
+        ) from None
 
 
 def libpq_kwargs(url: DatabaseURL) -> dict[str, Any]:

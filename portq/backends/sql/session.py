@@ -84,6 +84,15 @@ class SqlSession(Backend):
         """Map a driver exception to an :class:`ErrorKind`."""
         raise NotImplementedError
 
+    #: True where :meth:`connect_async` opens a driver's asyncio connection, which an
+    #: async runner uses through :mod:`portq.aio_bridge` (elsewhere: threads)
+    native_async: ClassVar[bool] = False
+
+    async def connect_async(self) -> Any:
+        """Open the driver's asyncio connection, as :meth:`connect` (where
+        ``native_async``)."""
+        raise NotImplementedError
+
     @staticmethod
     def set_up_session(conn: Any, setup: Callable[[Any], object]) -> Any:
         """Run ``setup(cursor)`` on a new connection and commit; close it if that fails."""
@@ -132,11 +141,13 @@ class SqlSession(Backend):
 
     # ---- plumbing -----------------------------------------------------------------------
 
-    def open_connection(self) -> Any:
-        """:meth:`connect`, with a refused login, a missing database or an unreachable
-        server raised as portq's own errors (what the pool calls)."""
+    def open_connection(self, connect: Callable[[], Any] | None = None) -> Any:
+        """:meth:`connect` (or ``connect()``: an async runner's bridged connection), with
+        the session setup (statement timeout, server identity check) done and a refused
+        login, a missing database or an unreachable server raised as portq's own errors
+        (what the pool calls)."""
         try:
-            conn = self.connect()
+            conn = (connect or self.connect)()
             if self.statement_timeout_ms is not None:
                 try:
                     self.limit_statements(conn, self.statement_timeout_ms)

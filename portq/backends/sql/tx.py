@@ -5,16 +5,16 @@ connection."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from portq.aio_bridge import pause
 from portq.backends.contract import ErrorKind
 from portq.backends.sql.common import T, TxProgress, _scrub, conflict_delay, one_line
 from portq.backends.sql.session import SqlSession
 from portq.errors import DatabaseError, PortqError, SchemaMissingError
-from portq.pool import close_quietly
+from portq.pool import ConnectionSource, close_quietly, context_pool
 from portq.sql import bind
 
 log = logging.getLogger("portq.backend")
@@ -40,6 +40,12 @@ class Transactions(SqlSession):
         """Switch a pooled connection's autocommit (only where ``autocommit_single``)."""
         conn.autocommit = on
 
+    def connections(self) -> ConnectionSource:
+        """Where this context's transactions take their connections: the backend's own
+        pool, or an async runner's inside its operations (:mod:`portq.aio_runner`)."""
+        borrowed = context_pool.get()
+        return borrowed if borrowed is not None and borrowed.backend is self else self.pool
+
     @contextmanager
     def transaction(self, write: bool = True, progress: TxProgress | None = None,
                     commit: bool = True, single: bool = False) -> Iterator[Any]:
@@ -50,7 +56,8 @@ class Transactions(SqlSession):
         statement runs in autocommit mode: it is its own transaction and its own commit,
         so ``progress.committing`` is set before it is sent (a connection lost during it
         leaves the outcome unknown, exactly as one lost during COMMIT)."""
-        conn = self.pool.acquire()
+        pool = self.connections()
+        conn = pool.acquire()
         broken = False
         auto = single and commit and self.autocommit_single
         try:
@@ -82,7 +89,7 @@ class Transactions(SqlSession):
                     self.set_autocommit(conn, False)
                 except Exception:  # noqa: BLE001 - unusable: replace it
                     broken = True
-            self.pool.release(conn, broken=broken)
+            pool.release(conn, broken=broken)
 
     def _rollback(self, conn: Any, exc: BaseException | None) -> bool:
         """Roll back after ``exc``; return True when the connection must be discarded."""
@@ -120,7 +127,7 @@ class Transactions(SqlSession):
                     delay = conflict_delay(attempt)
                     log.debug("%s: transient conflict (%s), retry %d in %.3fs",
                               op, exc, attempt, delay)
-                    time.sleep(delay)
+                    pause(delay)  # awaited where an async runner runs this
                     continue
                 error = self.translate(op, exc, kind, attempts=attempt + 1)
                 if error is None:
