@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import portq
 from portq.aio import AsyncQueue, AsyncWorker
@@ -25,7 +25,7 @@ from portq.runtime.counters import WorkerCounters
 from portq.worker import Worker
 
 
-def not_applicable(reason: str) -> None:
+def not_applicable(reason: str) -> NoReturn:
     """Skip a test that does not apply to the engine under test (not a missing server or
     driver: those are skips, which a conformance run must not have)."""
     import pytest
