@@ -68,7 +68,13 @@ def test_every_operation_on_every_engine(engine_url: str, queue: portq.Queue,
         await q.set_fairness(qname, True)
         stats = {s.queue: s for s in await q.stats(qname)}
         assert stats[qname].concurrency_limit == 3 and stats[qname].fair
-        assert await q.reap(limit=10, delay=0) == 0
+        third = await q.enqueue(qname, {"n": 3})
+        claimed = await q.claim(qname, "w", limit=5, lease=0.05)
+        assert third in [j.id for j in claimed]
+        await asyncio.sleep(0.2)
+        # reap covers every queue (other tests' expired leases too): look at this one's job
+        assert await q.reap(limit=10_000, delay=0) >= 1
+        assert (await q.job(third)).state == "ready"  # type: ignore[union-attr]
         assert await q.prune(3600, queue=qname) == 0
         assert isinstance(await q.job_stats("1h", qname), list)
         assert await q.migrate() >= 1
