@@ -234,16 +234,11 @@ def neighbours(backend: SqlBackend, job_id: int, limit: int) -> tuple[Neighbours
     """A job's dependencies and dependents (the dashboard's job page): at most ``limit``
     of each kept, the rest only counted, so that a 10,000-job fan-in's callback shows a
     page, not 10,000 nodes."""
-    def side(cur: Any, name: str) -> Neighbours:
-        shown: list[tuple[int, str | None]] = []
-        states: Counter[str] = Counter()
-        total = 0
-        for other, value in backend.execute(cur, name, {"job_id": job_id}).fetchall():
-            state = None if value is None else state_text(value)
-            states[state or "pruned"] += 1
-            total += 1
-            if len(shown) < limit:
-                shown.append((int(other), state))
-        return Neighbours(shown, total - len(shown), dict(sorted(states.items())))
-    return backend.run("job_graph", lambda cur: (side(cur, "job_dependencies"),
-                                                 side(cur, "job_dependents")), write=False)
+    before, after = graph(backend, job_id)
+    return _bounded(before, limit), _bounded(list(after), limit)
+
+
+def _bounded(jobs: list[tuple[int, str | None]], limit: int) -> Neighbours:
+    """The first ``limit`` of ``jobs``, the number left out, and all of them by state."""
+    states = Counter(state or "pruned" for _, state in jobs)
+    return Neighbours(jobs[:limit], max(0, len(jobs) - limit), dict(sorted(states.items())))
