@@ -6,10 +6,18 @@ back at once, its attempt with it, instead of waiting out the slow job."""
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 
 import portq
-from portq.conformance.helpers import counts, quiet_worker, running, wait_until
-from portq.job import Job
+from portq.conformance.helpers import (
+    counts,
+    not_applicable,
+    quiet_worker,
+    running,
+    wait_until,
+)
+from portq.job import Claim, Job
 from portq.worker import LOOKAHEAD_LEASE_FRACTION
 
 
@@ -43,6 +51,56 @@ def test_jobs_claimed_ahead_are_given_back_when_a_job_blocks(queue: portq.Queue,
     attempts = {r.attempts for r in queue.jobs("succeeded", queue=qname, limit=total)}
     assert attempts <= {1, 2}, attempts  # a job given back runs as its next generation
     assert 2 in attempts
+
+
+def test_a_slow_completion_write_frees_its_handler_slot_and_a_stalled_writer_holds_claims(
+        queue: portq.Queue, qname: str) -> None:
+    """A finished job's handler slot serves the next job while its completion is still
+    being written (a write's round trip must not idle the slot: with 40 slots of 5 ms jobs
+    a third of them did), and a writer that stalls holds the claims back: with jobs that
+    outlast a claim (no look-ahead), the worker runs one more job per slot while no
+    completion can be written, then stops claiming until writes resume; then every job
+    completes once."""
+    if queue.backend.capabilities.single_writer:
+        not_applicable("one thread both claims and writes on a single-writer engine "
+                       "(SQLite's one write lock): a stalled write stalls its claims")
+    total, concurrency = 40, 2
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+    ran: list[int] = []
+    writes_may_go = threading.Event()
+    complete_many = queue.complete_many
+
+    def stalled(jobs: Sequence[Job | Claim]) -> list[bool]:  # the real write, held back
+        writes_may_go.wait(60)
+        return complete_many(jobs)
+
+    def handler(job: Job) -> None:
+        ran.append(job.id)
+        time.sleep(0.1)  # outlasts a claim's round trip: no look-ahead
+
+    queue.complete_many = stalled  # type: ignore[method-assign]
+    worker = quiet_worker(queue, qname, handler, concurrency=concurrency, lease=30,
+                          idle_min=0.01, idle_max=0.05)
+    try:
+        with running(worker):
+            # a second job ran on each slot while the first one's completion waited
+            assert wait_until(lambda: len(ran) >= 2 * concurrency, timeout=15), ran
+            # and the claims stop: what ran stops growing, short of the jobs waiting
+            plateau = len(ran)
+            for _ in range(50):
+                time.sleep(0.3)
+                if len(ran) == plateau:
+                    break
+                plateau = len(ran)
+            assert len(ran) == plateau < total, (len(ran), plateau)
+            assert counts(queue, qname)["succeeded"] == 0
+            writes_may_go.set()
+            assert wait_until(lambda: counts(queue, qname)["succeeded"] == total, timeout=60)
+    finally:
+        writes_may_go.set()
+        del queue.complete_many
+    assert worker.counters.succeeded == total and worker.counters.lost == 0
+    assert {r.attempts for r in queue.jobs("succeeded", queue=qname, limit=total)} == {1}
 
 
 #: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS

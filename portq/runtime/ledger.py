@@ -60,6 +60,11 @@ class Ledger:
         self.watch = Watch(worker_id, s.lease / 3, logger)
         #: seconds a claim loop waits for a whole batch of slots to free (short jobs)
         self.gather_seconds = 0.005
+        #: finished jobs whose outcome may wait for its write without holding a slot
+        #: against new claims (see :meth:`_free_locked`): with the automatic look-ahead
+        #: only (a fixed ``prefetch`` keeps its bound of concurrency + prefetch owned)
+        self.ack_allowance = s.concurrency if s.auto_lookahead and not s.single_writer \
+            else 0
         self._lock = threading.Lock()
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (waiting or running)
@@ -128,10 +133,16 @@ class Ledger:
 
     def _free_locked(self, capacity: int | None = None) -> int:
         """Slots neither held nor reserved by a claim in progress (``_lock`` held), of
-        ``capacity`` (default: :meth:`_capacity_now`)."""
+        ``capacity`` (default: :meth:`_capacity_now`). Outcomes waiting for their write
+        hold slots only past :attr:`ack_allowance`: a handler slot is free once its
+        handler returned, so that a write's round trip does not idle it (with many slots
+        of I/O-bound jobs a third of them did), while a writer that falls behind (a slow
+        database) still holds the claims back. A single writer (SQLite) writes them
+        itself before it claims again: there they hold their slots."""
         if capacity is None:
             capacity = self._capacity_now()
-        return capacity - self._held_locked()
+        return capacity - self._busy - self._claiming - \
+            max(0, len(self._acking) - self.ack_allowance)
 
     def _held_locked(self) -> int:
         """Jobs held (waiting, running, or their outcome being written) and slots

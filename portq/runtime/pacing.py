@@ -61,7 +61,7 @@ LOOKAHEAD_BOUND_SHARE = 1 / 3
 #: claim round trips of jobs the look-ahead covers when jobs are shorter than a round trip
 LOOKAHEAD_CYCLES = 8
 #: claim round trips of jobs the look-ahead covers when jobs outlast a round trip
-LOOKAHEAD_SLOW_CYCLES = 2
+LOOKAHEAD_SLOW_CYCLES = 4
 #: most jobs of look-ahead per claim loop
 LOOKAHEAD_PER_CLAIMER = 160
 #: claim loops a worker runs (no more than its handler threads) while it has a look-ahead
