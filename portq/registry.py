@@ -12,8 +12,6 @@ never stopping the worker (its jobs are fenced by their own leases, not by this 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -31,6 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("portq.registry")
 DEFAULT_REGISTRY_INTERVAL = 10.0
+#: seconds after the first beat that a second one comes (then every interval): workers
+#: started together see each other in the count of workers serving their queues
+FIRST_RECOUNT_S = 1.0
 REGISTRY_SCHEMA_VERSION = 3  # the migration that creates portq_worker
 
 
@@ -39,13 +40,16 @@ class Registration:
 
     ``jobs_in_hand`` and ``schedules`` are read at every beat: the jobs the worker owns
     now and the cron entries (dicts, see :meth:`portq.schedule.Scheduler.entries`) it runs.
+    After each beat ``workers_serving`` (when given) is told how many live workers serve
+    the busiest of this worker's queues, this one included.
     """
 
     def __init__(self, queue: Queue[Backend], worker_id: str, queues: Sequence[str],
                  concurrency: int,
                  jobs_in_hand: Callable[[], int],
                  schedules: Callable[[], list[dict[str, Any]]] = list,
-                 interval: float = DEFAULT_REGISTRY_INTERVAL) -> None:
+                 interval: float = DEFAULT_REGISTRY_INTERVAL,
+                 workers_serving: Callable[[int], None] | None = None) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.queues = tuple(queues)
@@ -54,6 +58,7 @@ class Registration:
         self.schedules = schedules
         self.interval = duration_ms(interval, "registry interval") / 1000
         self.ttl_ms = duration_ms(3 * self.interval, "registry ttl")
+        self.workers_serving = workers_serving
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -67,6 +72,9 @@ class Registration:
         """Write the row once; False (logged) when the database refused."""
         try:
             self.queue.backend.beat_worker(self.info(), self.ttl_ms)
+            if self.workers_serving is not None:
+                per_queue = workers_per_queue(self.queue.workers())
+                self.workers_serving(max(1, *(per_queue.get(n, 0) for n in self.queues)))
             return True
         except Exception as exc:  # noqa: BLE001 - best effort: try again next interval
             log.warning("worker.register_error worker=%s error=%s: %s", self.worker_id,
@@ -80,7 +88,7 @@ class Registration:
             log.warning("worker.deregister_error worker=%s error=%s: %s", self.worker_id,
                         type(exc).__name__, exc)
 
-    # ---- a thread beside a sync Worker --------------------------------------------------
+    # ---- a thread beside the worker (either front) --------------------------------------
 
     def start(self) -> None:
         """Beat now, then every ``interval`` seconds in a daemon thread until :meth:`stop`."""
@@ -90,8 +98,10 @@ class Registration:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        wait = min(FIRST_RECOUNT_S, self.interval)
+        while not self._stop.wait(wait):
             self.beat()
+            wait = self.interval
 
     def stop(self) -> None:
         """Stop beating and delete the row."""
@@ -99,18 +109,6 @@ class Registration:
         if self._thread is not None:
             self._thread.join(5)
         self.deregister()
-
-    # ---- a task beside an AsyncWorker ---------------------------------------------------
-
-    async def run_async(self) -> None:
-        """Beat every ``interval`` seconds until cancelled, then delete the row."""
-        try:
-            while True:
-                await asyncio.to_thread(self.beat)
-                await asyncio.sleep(self.interval)
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(asyncio.to_thread(self.deregister))
 
 
 class Registrable(Protocol):
@@ -128,7 +126,9 @@ class Registrable(Protocol):
 
 
 def registration_of(worker: Registrable, queue: Queue[Backend],
-                    jobs_in_hand: Callable[[], int]) -> Registration | None:
+                    jobs_in_hand: Callable[[], int],
+                    workers_serving: Callable[[int], None] | None = None
+                    ) -> Registration | None:
     """The :class:`Registration` of a Worker or AsyncWorker, or None when its
     ``registry_interval`` is None."""
     if worker.registry_interval is None:
@@ -136,7 +136,7 @@ def registration_of(worker: Registrable, queue: Queue[Backend],
     scheduler = worker.scheduler
     return Registration(queue, worker.worker_id, worker.queues, worker.concurrency,
                         jobs_in_hand, scheduler.entries if scheduler is not None else list,
-                        worker.registry_interval)
+                        worker.registry_interval, workers_serving)
 
 
 def live_workers(queue: Queue[Backend]) -> list[WorkerInfo] | None:

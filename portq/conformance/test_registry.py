@@ -3,12 +3,22 @@ workers whose heartbeats stopped expire by the database clock."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
+import pytest
+
 import portq
-from portq.conformance.helpers import PeakHandler, quiet_worker, running, wait_until
+from portq.conformance.helpers import (
+    PeakHandler,
+    not_applicable,
+    quiet_worker,
+    running,
+    wait_until,
+)
 from portq.job import WorkerInfo
+from portq.runtime.claiming import CLAIM_LOOP_BUDGET
 
 
 def _info(worker_id: str, qname: str, in_hand: int = 0) -> WorkerInfo:
@@ -67,6 +77,42 @@ def test_a_worker_registers_while_it_runs(queue: portq.Queue, qname: str) -> Non
                           timeout=10), "the heartbeat did not report the jobs in hand"
     assert _mine(queue, worker.worker_id) is None, "a stopped worker must deregister"
 
+
+def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+    """With as many live workers serving its queue as the claim-loop budget, a worker
+    claims from one loop only (many processes of several loops each crowd the head of
+    the ready index); when they are gone it goes back to its own number of loops."""
+    if queue.backend.capabilities.single_writer:
+        not_applicable("a single-writer engine (SQLite) runs one claim loop anyway")
+    peers = [f"reg-{uuid.uuid4().hex[:10]}" for _ in range(CLAIM_LOOP_BUDGET - 1)]
+    for wid in peers:
+        queue.backend.beat_worker(_info(wid, qname), 60_000)
+    total = 600
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+    worker = quiet_worker(queue, qname, lambda job: None, concurrency=4,
+                          registry_interval=0.3)
+    assert worker.claimers == 4
+    try:
+        with caplog.at_level(logging.DEBUG, logger="portq.worker"), running(worker):
+            assert wait_until(lambda: queue.stats(qname)[0].succeeded == total, timeout=60)
+            assert worker.runtime.claim_loops == 1
+            claimed_by = {r.threadName for r in caplog.records
+                          if r.getMessage().startswith("job.claimed")}
+            # the first loop runs on the thread that runs the worker; the others are
+            # portq-claim-1, -2, -3
+            others = {f"portq-claim-{n}" for n in range(1, worker.claimers)}
+            assert claimed_by and not claimed_by & others, claimed_by
+            for wid in peers:
+                queue.backend.deregister_worker(wid)
+            assert wait_until(lambda: worker.runtime.claim_loops == 4, timeout=10)
+    finally:
+        for wid in peers:
+            queue.backend.deregister_worker(wid)
+    said = [r.getMessage() for r in caplog.records
+            if r.getMessage().startswith("worker.claim_loops")]
+    assert said[0].endswith(f"workers={CLAIM_LOOP_BUDGET} claim_loops=1"), said
+    assert said[-1].endswith("workers=1 claim_loops=4"), said
 
 
 def test_portq_workers_and_stats_show_registered_workers(queue: portq.Queue, engine_url: str,

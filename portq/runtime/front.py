@@ -155,7 +155,8 @@ class WorkerFront:
     # ---- for the fronts' run() ----------------------------------------------------------
 
     def _registration(self) -> Registration | None:
-        return registration_of(self, self.runtime.queue, lambda: self.held)
+        return registration_of(self, self.runtime.queue, lambda: self.held,
+                               self.runtime.workers_serving)
 
     def _bound_statements(self) -> Callable[[], None]:
         """While the worker runs, every statement of its queue's connections is bounded

@@ -89,6 +89,9 @@ class Ledger:
         self._threads: list[threading.Thread] = []
         self._writers: list[threading.Thread] = []
         self._claim_threads: list[threading.Thread] = []
+        #: claim loops that claim now (of ``settings.claimers``; see
+        #: :meth:`~portq.runtime.claiming.ClaimLoops.workers_serving`)
+        self.claim_loops = s.claimers
 
     # ---- what fronts and callers read ---------------------------------------------------
 
