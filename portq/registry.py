@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("portq.registry")
 DEFAULT_REGISTRY_INTERVAL = 10.0
-#: seconds after the first beat that a second one comes (then every interval): workers
-#: started together see each other in the count of workers serving their queues
-FIRST_RECOUNT_S = 1.0
+#: seconds after the first beat that early extra beats come (then every interval), so
+#: that workers started together soon see each other in the count of workers serving
+#: their queues
+EARLY_BEATS_S = (0.25, 1.0)
 REGISTRY_SCHEMA_VERSION = 3  # the migration that creates portq_worker
 
 
@@ -98,10 +99,10 @@ class Registration:
         self._thread.start()
 
     def _loop(self) -> None:
-        wait = min(FIRST_RECOUNT_S, self.interval)
-        while not self._stop.wait(wait):
+        waits = [b - a for a, b in zip((0.0, *EARLY_BEATS_S), EARLY_BEATS_S, strict=False)
+                 if b < self.interval]
+        while not self._stop.wait(waits.pop(0) if waits else self.interval):
             self.beat()
-            wait = self.interval
 
     def stop(self) -> None:
         """Stop beating and delete the row."""
