@@ -15,7 +15,11 @@ class Mailbox(Generic[T]):
     """A FIFO between threads that hands over a whole batch with one wake-up: the claim
     loops' jobs to the handler threads, and the handlers' completions to the ack threads.
     (``queue.Queue`` wakes a waiting thread for every item, which on short jobs costs more
-    than the job.) A taker that lingers to fill a batch is not woken by each new item.
+    than the job.) Waiting takers are woken one at a time, each by the one before it
+    (:meth:`get`): a put that woke every one of them at once made them all contend for the
+    GIL with the thread that put, which on SQLite's single writer (the claim loop) cost
+    a third of the no-op throughput. A taker that lingers to fill a batch is not woken by
+    each new item.
     After :meth:`close`, takers get what is left, then nothing."""
 
     def __init__(self) -> None:
@@ -33,13 +37,13 @@ class Mailbox(Generic[T]):
         return len(self._items)
 
     def put_many(self, items: Iterable[T]) -> None:
-        """Append ``items``; wake one hungry taker for each new item, and the lingering
-        takers once there are enough items for one's batch."""
+        """Append ``items``; wake one hungry taker (it wakes the next while items are
+        left), and the lingering takers once there are enough items for one's batch."""
         with self._lock:
             before = len(self._items)
             self._items.extend(items)
             if self._hungry and len(self._items) > before:
-                self._nonempty.notify(len(self._items) - before)
+                self._nonempty.notify()  # that taker wakes the next (see get)
             if self._fill_to and len(self._items) >= min(self._fill_to):
                 self._lingering.notify_all()
 
@@ -54,7 +58,10 @@ class Mailbox(Generic[T]):
                     self._nonempty.wait()
                 finally:
                     self._hungry -= 1
-            return self._items.popleft()
+            item = self._items.popleft()
+            if self._items and self._hungry:
+                self._nonempty.notify()  # a chain: one taker woken at a time
+            return item
 
     def get_batch(self, limit: int, linger: float) -> list[T]:
         """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
