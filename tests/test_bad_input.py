@@ -271,8 +271,16 @@ def test_injection_strings_are_rejected_as_names_and_stored_verbatim_as_data(
 
 # ---- passwords never shown ----------------------------------------------------------------------
 
-#: a working URL with a password (PostgreSQL trust auth ignores it)
-PG_SECRET_URL = f"postgresql://postgres:{PASSWORD}@127.0.0.1:5432/test"
+
+
+def _with_password(url: str) -> str:
+    """``url`` (the PostgreSQL under test) with :data:`PASSWORD` as its user's password:
+    still a working URL, as trust auth ignores it."""
+    scheme, _, rest = url.partition("://")
+    user, at, hosts = rest.partition("@")
+    assert at and ":" not in user, "the test server's URL has a user and no password"
+    return f"{scheme}://{user}:{PASSWORD}@{hosts}"
+
 #: URLs with a password and a closed port: the connection fails
 CLOSED_SECRET_URLS = {
     "postgres": f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/test",
@@ -309,7 +317,7 @@ def test_password_never_in_stats_or_worker_logs(engine_url: str, qname: str,
     """A working connection whose URL carries a password (trust auth ignores it)."""
     if portq.url.parse_url(engine_url).engine != "postgres":
         pytest.skip("needs an engine that accepts any password (PostgreSQL trust auth)")
-    url = PG_SECRET_URL
+    url = _with_password(engine_url)   # this run's own database, never another's
     caplog.set_level(logging.DEBUG)
     with portq.connect(url, prefix=TEST_PREFIX) as q:
         q.enqueue_many([{"queue": qname, "payload": i} for i in range(3)]
