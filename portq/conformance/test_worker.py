@@ -559,6 +559,7 @@ def test_second_signal_exits_at_once(queue: portq.Queue, engine_url: str, qname:
     assert counts(queue, qname)["running"] == 1  # not released: its lease will expire
 
 
+@pytest.mark.slow
 def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     """8 handler slots across 2 processes; one is stopped (SIGTERM, grace 0: in-flight
@@ -679,6 +680,7 @@ def _storm(queue: portq.Queue, qname: str, backoff: Backoff, jobs: int) -> list[
     return [r.run_at.timestamp() for r in rows if r.run_at]
 
 
+@pytest.mark.slow
 def test_full_jitter_flattens_a_retry_storm(queue: portq.Queue, qname: str) -> None:
     jobs, base, cap = 1000, 120.0, 240.0
     fixed = peak_per_second(_storm(queue, qname + "-fixed", Backoff("fixed", base, cap), jobs))
