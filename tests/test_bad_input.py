@@ -113,13 +113,16 @@ def test_option_limits_are_validated(engine_url: str, queue: portq.Queue, qname:
                      lambda: queue.cancel(0), lambda: queue.claim(qname, ""),
                      lambda: Worker(queue, qname, print, lease=0),
                      lambda: Worker(queue, qname, print, concurrency=0),
-                     lambda: Worker(queue, qname, print, prefetch=-1),
-                     lambda: Worker(queue, qname, print, claimers=0),
-                     lambda: Worker(queue, qname, print, ack_delay=-0.5),
-                     lambda: Worker(queue, qname, print, ack_delay=math.nan),
                      lambda: Worker(queue, [], print)):
         with pytest.raises(portq.ConfigurationError):
             bad_call()
+    # the deprecated options are still checked, and say they are deprecated
+    for deprecated in ({"prefetch": -1}, {"claimers": 0}, {"ack_delay": -0.5},
+                       {"ack_delay": math.nan}):
+        name = next(iter(deprecated))
+        with pytest.warns(DeprecationWarning, match=f"Worker {name}: deprecated"), \
+                pytest.raises(portq.ConfigurationError):
+            Worker(queue, qname, print, **deprecated)
     c = counts(queue, qname)
     assert (c["ready"], c["running"]) == (1, 0), "a rejected call changed the queue"
 
