@@ -138,6 +138,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
     config.addinivalue_line("markers", "fault: restarts or disturbs a database server")
+    config.addinivalue_line("markers", "slow: long-running test")
+    config.addinivalue_line("markers", "serial: timing-sensitive: run alone (-n 0), never "
+                            "beside other tests on a busy machine")
 
 
 #: the server URLs of portq's own test run that each pytest-xdist worker replaces by a

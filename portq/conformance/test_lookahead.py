@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import portq
 from portq.conformance.helpers import counts, quiet_worker, running, wait_until
 from portq.job import Job
 from portq.worker import LOOKAHEAD_LEASE_FRACTION
 
 
+@pytest.mark.serial  # a tenth of the lease, against a busy machine
 def test_jobs_claimed_ahead_are_given_back_when_a_job_blocks(queue: portq.Queue,
                                                              qname: str) -> None:
     total, blocker = 300, 150

@@ -368,6 +368,7 @@ def test_many_short_pipelined_jobs_with_a_short_lease_lose_none(
     queue.prune(0, limit=total, queue=qname)
 
 
+@pytest.mark.serial  # claimed-ahead jobs are given back after a tenth of the lease
 def test_default_worker_writes_as_its_engine_wants_and_loses_none(
         queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture,
         worker_front: str) -> None:
