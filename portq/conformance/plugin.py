@@ -128,8 +128,9 @@ def _sqlserver_rcsi_target(sqlserver: Target, from_env: bool) -> Target:
 
 def pytest_configure(config: pytest.Config) -> None:
     urls: list[str] = config.getoption("--portq-url")
-    if not urls:
-        _isolate_xdist_worker()
+    workerinput = getattr(config, "workerinput", None)   # set in a pytest-xdist worker
+    if not urls and workerinput is not None:
+        _isolate_xdist_worker(str(workerinput["workerid"]))
     # without --portq-url, targets are found lazily: only when a test needs an engine
     targets = [Target(parse_url(u).engine, u) for u in urls] if urls else None
     config.stash[_TARGETS] = targets
@@ -159,16 +160,15 @@ def worker_database_url(url: str, worker: str) -> str:
     return f"{head}/{database}_{worker}{sep}{query}"
 
 
-def _isolate_xdist_worker() -> None:
+def _isolate_xdist_worker(worker: str) -> None:
     """In a pytest-xdist worker of portq's own test run, point every server URL the tests
     read (the engine variables above, or their defaults) at a database of this worker's
     own, dropped and created again, so that tests which count a whole table or reap every
     queue see only their worker's jobs. Test modules read these variables when they are
     imported, after this; subprocesses the tests start inherit them. A server that cannot
-    be reached keeps its URL: the tests that need it skip (or fail) naming it."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
-        return
+    be reached keeps its URL: the tests that need it skip (or fail) naming it. (A pytest
+    that a test starts inherits ``PYTEST_XDIST_WORKER`` but is no worker: it keeps the
+    URLs it is given.)"""
     defaults = {e.test_url_env: e.default_test_url for e in ENGINES if e.test_url_env}
     for var in _ISOLATED_VARS:
         url = os.environ.get(var) or defaults.get(var)
