@@ -113,13 +113,16 @@ def test_option_limits_are_validated(engine_url: str, queue: portq.Queue, qname:
                      lambda: queue.cancel(0), lambda: queue.claim(qname, ""),
                      lambda: Worker(queue, qname, print, lease=0),
                      lambda: Worker(queue, qname, print, concurrency=0),
-                     lambda: Worker(queue, qname, print, prefetch=-1),
-                     lambda: Worker(queue, qname, print, claimers=0),
-                     lambda: Worker(queue, qname, print, ack_delay=-0.5),
-                     lambda: Worker(queue, qname, print, ack_delay=math.nan),
                      lambda: Worker(queue, [], print)):
         with pytest.raises(portq.ConfigurationError):
             bad_call()
+    # the deprecated options are still checked, and say they are deprecated
+    for deprecated in ({"prefetch": -1}, {"claimers": 0}, {"ack_delay": -0.5},
+                       {"ack_delay": math.nan}):
+        name = next(iter(deprecated))
+        with pytest.warns(DeprecationWarning, match=f"Worker {name}: deprecated"), \
+                pytest.raises(portq.ConfigurationError):
+            Worker(queue, qname, print, **deprecated)
     c = counts(queue, qname)
     assert (c["ready"], c["running"]) == (1, 0), "a rejected call changed the queue"
 
@@ -271,8 +274,16 @@ def test_injection_strings_are_rejected_as_names_and_stored_verbatim_as_data(
 
 # ---- passwords never shown ----------------------------------------------------------------------
 
-#: a working URL with a password (PostgreSQL trust auth ignores it)
-PG_SECRET_URL = f"postgresql://postgres:{PASSWORD}@127.0.0.1:5432/test"
+
+
+def _with_password(url: str) -> str:
+    """``url`` (the PostgreSQL under test) with :data:`PASSWORD` as its user's password:
+    still a working URL, as trust auth ignores it."""
+    scheme, _, rest = url.partition("://")
+    user, at, hosts = rest.partition("@")
+    assert at and ":" not in user, "the test server's URL has a user and no password"
+    return f"{scheme}://{user}:{PASSWORD}@{hosts}"
+
 #: URLs with a password and a closed port: the connection fails
 CLOSED_SECRET_URLS = {
     "postgres": f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/test",
@@ -309,7 +320,7 @@ def test_password_never_in_stats_or_worker_logs(engine_url: str, qname: str,
     """A working connection whose URL carries a password (trust auth ignores it)."""
     if portq.url.parse_url(engine_url).engine != "postgres":
         pytest.skip("needs an engine that accepts any password (PostgreSQL trust auth)")
-    url = PG_SECRET_URL
+    url = _with_password(engine_url)   # this run's own database, never another's
     caplog.set_level(logging.DEBUG)
     with portq.connect(url, prefix=TEST_PREFIX) as q:
         q.enqueue_many([{"queue": qname, "payload": i} for i in range(3)]

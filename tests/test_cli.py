@@ -452,6 +452,7 @@ def test_conformance_unreachable_database_is_one_line_exit_2() -> None:
     assert "s3cret" not in line
 
 
+@pytest.mark.slow
 def test_conformance_reports_a_test_the_engine_cannot_have_as_not_applicable(
         tmp_path: Path) -> None:
     """SQLite has no login: that test is n/a, not a skip (a skip fails .ci/run's check)."""
@@ -473,6 +474,7 @@ def test_conformance_reports_a_test_the_engine_cannot_have_as_not_applicable(
     assert schema["reason"] == "SQLite has no login and no server-side database"
 
 
+@pytest.mark.slow
 def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
                                                           tmp_path: Path) -> None:
     """A few tests of the suite through the real command: banner, properties, JSON, JUnit;

@@ -90,6 +90,7 @@ def url_with_password(engine_url: str) -> Iterator[str]:
         _mysql_users(engine_url, "DROP USER IF EXISTS %(user)s@%(host)s")
 
 
+@pytest.mark.slow
 def test_conformance_output_never_shows_the_password(url_with_password: str,
                                                      tmp_path: Path) -> None:
     url = url_with_password

@@ -21,6 +21,8 @@ from portq.conformance.helpers import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+#: each test makes a virtualenv and installs an example into it: minutes, left to `-m slow`
+pytestmark = pytest.mark.slow
 if os.environ.get("PORTQ_SKIP_EXAMPLE_INSTALLS") == "1":
     pytest.skip("PORTQ_SKIP_EXAMPLE_INSTALLS=1", allow_module_level=True)
 

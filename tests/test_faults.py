@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -291,18 +292,41 @@ def test_sqlite_outside_write_lock_delays_then_allows_claims(
               f"{type(raised.value).__name__}: {raised.value}")
 
 
+@pytest.fixture
+def fresh_queue(engine_url: str) -> Iterator[portq.Queue]:
+    """A Queue on tables of its own, just created (a small table, as on a new install),
+    dropped after the test."""
+    q = portq.connect(engine_url, prefix=f"pqlock{uuid.uuid4().hex[:8]}_")
+    q.migrate()
+    try:
+        yield q
+    finally:
+        q.backend.drop_schema()
+        q.close()
+
+
 def test_rows_locked_outside_are_skipped_not_waited_for(
-        target: Any, engine_url: str, queue: portq.Queue, qname: str) -> None:
+        target: Any, fresh_queue: portq.Queue, qname: str,
+        request: pytest.FixtureRequest) -> None:
     """An outside SELECT ... FOR UPDATE on 10 of 30 rows: claims take the other 20 at
-    once, and the 10 after the outside transaction ends."""
+    once, and the 10 after the outside transaction ends. On tables of the test's own: how
+    many other rows the table holds decides MariaDB's plan, and with it the outcome."""
     _need(target.engine, SERVER_ENGINES)
+    queue = fresh_queue
+    if "mariadb" in queue.backend.server_info().server_version.lower():
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "MariaDB 10.11: on a small table (a full scan is the plan) a claim whose first "
+            "rows in order are locked by another transaction returns no rows at all, not "
+            "the 20 unlocked ones; with a few hundred other rows (the ready index's range "
+            "is the plan) it returns them. Reported to the lead; runtime code unchanged")))
+    prefix = queue.backend.prefix
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(30)])
     locked = sorted(ids)[:10]
     conn = queue.backend.connect()
     try:
         with conn.cursor() as cur:
             marks = ", ".join(["%s"] * len(locked))
-            cur.execute(f"SELECT job_id FROM {TEST_PREFIX}job WHERE job_id IN ({marks}) "
+            cur.execute(f"SELECT job_id FROM {prefix}job WHERE job_id IN ({marks}) "
                         "FOR UPDATE", locked)
             assert len(cur.fetchall()) == 10
         started = time.monotonic()

@@ -273,6 +273,7 @@ def test_url_options_are_typed_and_checked() -> None:
 
 # ---- the claim's plan -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_claim_walks_the_ready_index_without_filesort(backend: MysqlBackend) -> None:
     """3 queues x 34,000 ready jobs (~100K): the claim's locking read seeks once into
     portq_job_ready_idx and reads exactly `limit` entries in order, with no sort."""

@@ -65,3 +65,46 @@ def test_sqlserver_container_url_names_its_rcsi_twin() -> None:
 
     assert sqlserver_rcsi_url("mssql://sa:p@h:1/portq?TrustServerCertificate=yes&driver=x") \
         == "mssql://sa:p@h:1/portq_rcsi?TrustServerCertificate=yes&driver=x"
+
+
+def _run_one_engine_test(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A module of three engine tests, run for the unreachable SQL Server only."""
+    (tmp_path / "test_three.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('n', range(3))\n"
+        "def test_needs_engine(engine_url, n):\n    pass\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PORTQ_TEST_MSSQL_URL", "PORTQ_REQUIRE_ENGINES")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "portq.conformance.plugin", "-rs", "-q",
+         "-k", "sqlserver and not rcsi", "-c", os.devnull, *args, str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_an_unreachable_engine_is_one_skipped_item_naming_why(tmp_path: Path) -> None:
+    done = _run_one_engine_test(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 skipped" in done.stdout and "passed" not in done.stdout
+    assert "sqlserver: no SQL Server server reachable" in done.stdout
+    assert "(3 tests of it not collected)" in done.stdout
+
+
+def test_an_unreachable_required_engine_is_one_failure(tmp_path: Path) -> None:
+    done = _run_one_engine_test(tmp_path, "--portq-require", "sqlserver")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed" in done.stdout and "required engine unavailable: sqlserver" in done.stdout
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("postgresql://postgres@127.0.0.1:5432/test", "postgresql://postgres@127.0.0.1:5432/test_gw3"),
+    ("mysql://root@127.0.0.1:3306/h_t?charset=utf8mb4",
+     "mysql://root@127.0.0.1:3306/h_t_gw3?charset=utf8mb4"),
+    ("postgresql://u@h1:5432,h2:5432/shop?target_session_attrs=read-write",
+     "postgresql://u@h1:5432,h2:5432/shop_gw3?target_session_attrs=read-write"),
+])
+def test_each_xdist_worker_gets_a_database_of_its_own(url: str, expected: str) -> None:
+    assert plugin.worker_database_url(url, "gw3") == expected
+
+
+def test_a_url_without_a_database_is_not_given_a_worker_database() -> None:
+    with pytest.raises(ValueError, match="no database name"):
+        plugin.worker_database_url("postgresql://postgres@127.0.0.1:5432", "gw0")

@@ -12,6 +12,7 @@ be reached is SKIPPED with the reason — never reported as passed — unless it
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Callable, Generator, Iterator
@@ -127,6 +128,9 @@ def _sqlserver_rcsi_target(sqlserver: Target, from_env: bool) -> Target:
 
 def pytest_configure(config: pytest.Config) -> None:
     urls: list[str] = config.getoption("--portq-url")
+    workerinput = getattr(config, "workerinput", None)   # set in a pytest-xdist worker
+    if not urls and workerinput is not None:
+        _isolate_xdist_worker(str(workerinput["workerid"]))
     # without --portq-url, targets are found lazily: only when a test needs an engine
     targets = [Target(parse_url(u).engine, u) for u in urls] if urls else None
     config.stash[_TARGETS] = targets
@@ -135,6 +139,77 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REQUIRED] = {e.strip() for e in
                                str(config.getoption("--portq-require")).split(",") if e.strip()}
     config.addinivalue_line("markers", "fault: restarts or disturbs a database server")
+    config.addinivalue_line("markers", "slow: long-running test")
+    config.addinivalue_line("markers", "serial: timing-sensitive: run alone (-n 0), never "
+                            "beside other tests on a busy machine")
+
+
+#: the server URLs of portq's own test run that each pytest-xdist worker replaces by a
+#: database of its own (``<database>_gw0``, ...), created fresh when the worker starts
+_ISOLATED_VARS = ("PORTQ_TEST_PG_URL", "PORTQ_TEST_MYSQL_URL", "PORTQ_TEST_PG18_URL",
+                  "PORTQ_TEST_MYSQL84_URL")
+
+
+def worker_database_url(url: str, worker: str) -> str:
+    """``url`` with its database name suffixed by the xdist worker id
+    (``postgresql://u@h/test?x=1`` -> ``postgresql://u@h/test_gw0?x=1``)."""
+    base, sep, query = url.partition("?")
+    head, slash, database = base.rpartition("/")
+    if not slash or "//" not in head or not database:
+        raise ValueError(f"no database name in {parse_url(url).redacted()}")
+    return f"{head}/{database}_{worker}{sep}{query}"
+
+
+def _isolate_xdist_worker(worker: str) -> None:
+    """In a pytest-xdist worker of portq's own test run, point every server URL the tests
+    read (the engine variables above, or their defaults) at a database of this worker's
+    own, dropped and created again, so that tests which count a whole table or reap every
+    queue see only their worker's jobs. Test modules read these variables when they are
+    imported, after this; subprocesses the tests start inherit them. A server that cannot
+    be reached keeps its URL: the tests that need it skip (or fail) naming it. (A pytest
+    that a test starts inherits ``PYTEST_XDIST_WORKER`` but is no worker: it keeps the
+    URLs it is given.)"""
+    defaults = {e.test_url_env: e.default_test_url for e in ENGINES if e.test_url_env}
+    for var in _ISOLATED_VARS:
+        url = os.environ.get(var) or defaults.get(var)
+        if not url:
+            continue
+        try:
+            own = worker_database_url(url, worker)
+            _recreate_database(own)
+        except Exception:  # noqa: BLE001 - unreachable: the tests that need it say why
+            continue
+        os.environ[var] = own
+
+
+def _recreate_database(url: str) -> None:
+    """Drop and create the database of ``url`` (PostgreSQL or MySQL/MariaDB), connecting
+    to the server's maintenance database (``postgres``) or to no database (MySQL)."""
+    parsed = parse_url(url)
+    name = parsed.database or ""
+    if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"not a plain database name: {name!r}")
+    if parsed.engine == "postgres":
+        import psycopg
+
+        from portq.backends.postgres import libpq_kwargs
+        kwargs = {**libpq_kwargs(parsed), "dbname": "postgres", "connect_timeout": 5}
+        with psycopg.connect(autocommit=True, **kwargs) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+    elif parsed.engine == "mysql":
+        import pymysql
+        conn = pymysql.connect(host=parsed.host or "127.0.0.1", port=parsed.port or 3306,
+                               user=parsed.username or "root", password=parsed.password or "",
+                               connect_timeout=5)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+                cur.execute(f"CREATE DATABASE `{name}`")
+        finally:
+            conn.close()
+    else:
+        raise ValueError(f"no per-worker database for {parsed.engine}")
 
 
 _TARGETS = pytest.StashKey[list[Target] | None]()
@@ -224,8 +299,74 @@ def _targets(config: pytest.Config) -> list[Target]:
     targets = config.stash[_TARGETS]
     if targets is None:
         targets = _default_targets()
+        prefix = str(config.getoption("--portq-prefix"))
+        for target in targets:
+            _probe(target, prefix)
         config.stash[_TARGETS] = targets
     return targets
+
+
+def _probe(target: Target, prefix: str) -> None:
+    """Connect to a found target and migrate it; one that cannot be reached loses its URL
+    and gets the reason, so that its tests are not collected one by one (see
+    :func:`pytest_collection_modifyitems`). Anything else than an unreachable server is
+    left for the tests' ``engine_url`` to report."""
+    if target.url is None:
+        return
+    label = ENGINE_LABELS.get(target.engine, target.engine)
+    try:
+        with portq.connect(target.url, prefix=prefix, pool_size=1) as q:
+            q.migrate()
+    except (portq.DatabaseError, portq.DriverMissingError, OSError) as exc:
+        target.reason = (f"no {label} server reachable at "
+                         f"{parse_url(target.url).redacted()}: {exc}")
+        target.url = None
+
+
+class EngineNotRun(pytest.Item):
+    """One item standing for every selected test of an engine that cannot be reached:
+    skipped with the reason (or failed, when the engine is required), instead of one skip
+    per test."""
+
+    def __init__(self, *, target: Target, count: int, required: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.count = count
+        self.required = required
+
+    def runtest(self) -> None:
+        reason = (f"{self.target.id}: {self.target.reason} ({self.count} tests of it not "
+                  "collected)")
+        _unreachable(self.required, reason)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"engine {self.target.id}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Collapse the tests of each unreachable engine (after ``-k``/``-m`` chose) into one
+    :class:`EngineNotRun` item where the first of them stood."""
+    kept: list[pytest.Item] = []
+    gone: dict[str, int] = {}
+    where: dict[str, tuple[int, Target]] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        target = callspec.params.get("target") if callspec is not None else None
+        if isinstance(target, Target) and target.url is None:
+            gone[target.id] = gone.get(target.id, 0) + 1
+            where.setdefault(target.id, (len(kept), target))
+            continue
+        kept.append(item)
+    if not gone:
+        return
+    required = config.stash[_REQUIRED]
+    for target_id, (index, target) in sorted(where.items(), key=lambda w: -w[1][0]):
+        kept.insert(index, EngineNotRun.from_parent(
+            session, name=f"engine[{target_id}]", nodeid=f"portq-engine[{target_id}]",
+            target=target, count=gone[target_id], required=target_id in required))
+    items[:] = kept
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -115,6 +115,7 @@ def test_handler_checking_cancelled_ends_within_a_heartbeat(
     assert counters["succeeded"] == 0 and counters["retried"] == 0
 
 
+@pytest.mark.slow
 def test_handler_ignoring_cancel_still_ends_cancelled(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     job_id = queue.enqueue(qname, "ignore")

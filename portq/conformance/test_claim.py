@@ -7,6 +7,8 @@ import threading
 import time
 from collections import Counter
 
+import pytest
+
 import portq
 from portq.conformance.helpers import counts
 
@@ -83,6 +85,7 @@ def test_future_and_dead_jobs_are_not_claimed(queue: portq.Queue, qname: str) ->
     assert (c["dead"], c["scheduled"], c["ready"]) == (1, 1, 0)
 
 
+@pytest.mark.slow
 def test_concurrent_claimers_never_share_a_generation(queue: portq.Queue, qname: str,
                                                       engine_url: str) -> None:
     """>= 10,000 jobs, 4 claimers with their own connections: zero duplicates, zero lost."""

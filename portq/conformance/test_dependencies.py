@@ -135,7 +135,7 @@ def test_cancel_reap_and_give_back_settle_dependents_too(queue: portq.Queue,
     after = queue.enqueue(qname, "after", depends_on=[spent])
     (job,) = queue.claim(qname, "w-deps", limit=1, lease=0.2)
     assert job.id == spent
-    assert wait_until(lambda: queue.reap(limit=100, delay=0) >= 0 and
+    assert wait_until(lambda: queue.reap(limit=10_000, delay=0) >= 0 and
                       _state(queue, spent) == "dead", timeout=10)
     assert _state(queue, after) == "cancelled"
     assert queue.cancel_many(qname, states=("waiting",)) == 0

@@ -22,7 +22,7 @@ def test_stale_generation_cannot_finish_a_reclaimed_job(queue: portq.Queue,
     (a,) = queue.claim(qname, "worker-a", limit=1, lease=0.3)
     _expire(0.3)
     assert queue.renew(a, lease=30) is False, "renewed an expired lease"
-    assert queue.reap(limit=100, delay=0) >= 1
+    assert queue.reap(limit=10_000, delay=0) >= 1
     (b,) = queue.claim(qname, "worker-b", limit=1, lease=30)
     assert b.id == a.id and b.attempt == a.attempt + 1
     assert queue.complete(a) is False
@@ -96,7 +96,7 @@ def test_renew_many_fences_each_claim(queue: portq.Queue, qname: str) -> None:
     assert queue.renew_many([forged, c], lease=30) == [False, True]
     assert queue.renew_many([a, b, c], lease=30) == [True, False, True]
     _expire(0.6)  # d was not renewed: its lease ran out, the reaper hands it on
-    assert queue.reap(limit=100, delay=0) >= 1
+    assert queue.reap(limit=10_000, delay=0) >= 1
     (d2,) = queue.claim(qname, "worker-b", limit=1, lease=30)
     assert d2.id == d.id and d2.attempt == d.attempt + 1
     assert queue.renew_many([d, a, d2], lease=30) == [False, True, True]
@@ -117,7 +117,7 @@ def test_complete_many_mixed_owned_and_lost(queue: portq.Queue, qname: str) -> N
     (x,) = short
     expired_before_reclaim = queue.complete_many([x, *owned[:1]])
     assert expired_before_reclaim == [False, True]
-    assert queue.reap(limit=100, delay=0) >= 1
+    assert queue.reap(limit=10_000, delay=0) >= 1
     (x2,) = queue.claim(qname, "worker-b", limit=1, lease=30)
     assert x2.id == x.id and x2.claim is not None
     forged = Claim(x2.id, x2.claim.generation, "worker-a", x2.claim.lease_until)

@@ -90,6 +90,7 @@ def test_bad_key_limits_are_refused(queue: portq.Queue, qname: str) -> None:
     assert counts(queue, qname)["ready"] == 0
 
 
+@pytest.mark.slow
 def test_worker_processes_never_exceed_a_key_limit(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Four worker processes of three threads; keys with limits 1 and 2 enqueued before

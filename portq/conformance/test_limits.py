@@ -87,6 +87,7 @@ def test_bad_limits_are_refused(queue: portq.Queue, qname: str) -> None:
             queue.set_concurrency_limit(qname, bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_worker_processes_never_exceed_the_queue_limit(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Five worker processes, limit 2: never more than two handlers run at once (their own

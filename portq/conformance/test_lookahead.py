@@ -9,6 +9,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+import pytest
+
 import portq
 from portq.conformance.helpers import (
     counts,
@@ -21,6 +23,7 @@ from portq.job import Claim, Job
 from portq.worker import LOOKAHEAD_LEASE_FRACTION
 
 
+@pytest.mark.serial  # a tenth of the lease, against a busy machine
 def test_jobs_claimed_ahead_are_given_back_when_a_job_blocks(queue: portq.Queue,
                                                              qname: str) -> None:
     total, blocker = 300, 150

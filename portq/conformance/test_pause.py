@@ -8,6 +8,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 import portq
 from portq.conformance.helpers import counts, run_portq, wait_until
 from portq.conformance.plugin import TEST_PREFIX
@@ -45,6 +47,7 @@ def test_a_paused_queue_without_jobs_is_listed_by_stats(queue: portq.Queue, qnam
     assert queue.stats(qname) == []
 
 
+@pytest.mark.slow
 def test_pause_reaches_every_worker_process_within_a_poll(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Three worker processes run 0.2 s jobs; after `portq pause` no handler starts later

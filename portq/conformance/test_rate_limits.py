@@ -78,6 +78,7 @@ def test_bad_rate_limits_are_refused(queue: portq.Queue, qname: str) -> None:
         queue.set_rate_limit(qname, None, 1.0)
 
 
+@pytest.mark.slow
 def test_worker_processes_never_exceed_the_rate_limit(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Eight worker processes, 50 jobs per 2 s: in every sliding 2-second window of the

@@ -73,7 +73,7 @@ def test_stale_generation_cannot_store_a_result(queue: portq.Queue, qname: str) 
     assert queue.store_result(a, "from a, generation 1") is True
     time.sleep(0.55)
     assert queue.store_result(a, "expired") is False, "stored under an expired lease"
-    assert queue.reap(limit=100, delay=0) >= 1
+    assert queue.reap(limit=10_000, delay=0) >= 1
     b = _claim_one(queue, qname, "worker-b")
     assert b.id == job_id and b.attempt == a.attempt + 1
     assert queue.store_result(b, "from b") is True

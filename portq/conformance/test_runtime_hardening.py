@@ -71,13 +71,18 @@ def test_a_claim_that_comes_back_after_half_its_lease_starts_none_of_its_jobs(
         jobs = claim(*args, **kwargs)
         if jobs and not stalled.is_set():
             stalled.set()
-            time.sleep(0.8)  # of a 1.2 s lease: the claim "commits" late
+            # of a 3 s lease: the claim "commits" late, with 1.4 s of it left (less than
+            # half). Between the heartbeat's ticks (every lease/3, from the worker's start:
+            # 1 s, 2 s): with 0.8 s of a 1.2 s lease the claim came back on a tick (0.8 s),
+            # and a busy machine let that tick renew the jobs before their start check, so
+            # they started (rightly: a renewed lease is whole again) and the test failed
+            time.sleep(1.6)
         return jobs
     queue.claim = slow_first_claim  # type: ignore[method-assign]
     ran: list[tuple[int, int]] = []
     try:
         worker = quiet_worker(queue, qname, lambda job: ran.append((job.id, job.attempt)),
-                              concurrency=3, lease=1.2, idle_min=0.01, idle_max=0.05)
+                              concurrency=3, lease=3.0, idle_min=0.01, idle_max=0.05)
         with running(worker):
             assert wait_until(lambda: counts(queue, qname)["succeeded"] == 3, timeout=30)
     finally:

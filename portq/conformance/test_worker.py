@@ -368,6 +368,7 @@ def test_many_short_pipelined_jobs_with_a_short_lease_lose_none(
     queue.prune(0, limit=total, queue=qname)
 
 
+@pytest.mark.serial  # claimed-ahead jobs are given back after a tenth of the lease
 def test_default_worker_writes_as_its_engine_wants_and_loses_none(
         queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture,
         worker_front: str) -> None:
@@ -559,6 +560,7 @@ def test_second_signal_exits_at_once(queue: portq.Queue, engine_url: str, qname:
     assert counts(queue, qname)["running"] == 1  # not released: its lease will expire
 
 
+@pytest.mark.slow
 def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
         queue: portq.Queue, engine_url: str, qname: str, tmp_path: Path) -> None:
     """8 handler slots across 2 processes; one is stopped (SIGTERM, grace 0: in-flight
@@ -679,6 +681,7 @@ def _storm(queue: portq.Queue, qname: str, backoff: Backoff, jobs: int) -> list[
     return [r.run_at.timestamp() for r in rows if r.run_at]
 
 
+@pytest.mark.slow
 def test_full_jitter_flattens_a_retry_storm(queue: portq.Queue, qname: str) -> None:
     jobs, base, cap = 1000, 120.0, 240.0
     fixed = peak_per_second(_storm(queue, qname + "-fixed", Backoff("fixed", base, cap), jobs))

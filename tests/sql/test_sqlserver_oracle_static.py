@@ -118,7 +118,7 @@ def test_every_statement_parses(engine: str, prefix: str) -> None:
     assert len(statements) > 20
     for label, sql in statements:
         if label in ("query ddl_lock_wait", "query ddl_lock_nowait"):
-            continue  # ALTER SESSION: not in sqlglot's grammar (tests/test_sql_parse.py)
+            continue  # ALTER SESSION: not in sqlglot's grammar (tests/sql/test_sql_parse.py)
         try:
             trees = _parse(engine, sql)
         except sqlglot.errors.ParseError as exc:  # pragma: no cover - the failure message

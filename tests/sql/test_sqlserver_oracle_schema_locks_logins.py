@@ -291,7 +291,7 @@ def test_sqlserver_suite_runs_with_read_committed_snapshot_off_and_on() -> None:
     from portq.conformance import containers
 
     assert containers.SQLSERVER_DATABASES == {"portq": "OFF", "portq_rcsi": "ON"}
-    script = (Path(__file__).parent.parent / "compose" / "run-conformance.sh").read_text()
+    script = (Path(__file__).resolve().parents[2] / "compose" / "run-conformance.sh").read_text()
     for database, setting in containers.SQLSERVER_DATABASES.items():
         assert f"{database} SET READ_COMMITTED_SNAPSHOT {setting}" in script
         assert f"127.0.0.1:11433/{database}?" in script

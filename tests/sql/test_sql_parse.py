@@ -6,7 +6,7 @@ A statement sqlglot cannot parse is listed in :data:`UNPARSABLE` with the reason
 list is checked both ways (a listed statement that starts to parse must leave the list),
 so it names exactly the statements no parser has read. Parsing proves syntax only, not
 semantics: what the SQL Server and Oracle statements mean is checked by
-tests/test_sqlserver_oracle_*.py and stays unverified against a live server.
+tests/sql/test_sqlserver_oracle_*.py and stays unverified against a live server.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ docs/engines.md ("Second review (issue 30)" under SQL Server and Oracle).
 No SQL Server or Oracle server runs here: these tests read the SQL (sqlglot), call the
 installed drivers' own code where it runs without a server (mssql-python's parameter
 mapping, its login timeout against a closed port), and drive the backends with the
-driver-protocol stand-ins of tests/test_sqlserver_oracle_fixes.py (a cursor that plays
-back what pyodbc / python-oracledb document; never a database's behaviour).
+driver-protocol stand-ins of tests/sql/test_sqlserver_oracle_schema_locks_logins.py (a
+cursor that plays back what pyodbc / python-oracledb document; never a database's
+behaviour).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import sqlglot
 from sqlglot import exp
-from test_sqlserver_oracle_fixes import ScriptedCursor, _closed_port, _OracleCursor
+from test_sqlserver_oracle_schema_locks_logins import ScriptedCursor, _closed_port, _OracleCursor
 from test_sqlserver_oracle_static import SAMPLE, _ora
 
 from portq.backends.base import SqlBackend
