@@ -154,6 +154,10 @@ PROPERTIES = (
         "test_a_job_snoozed_past_the_most_counts_the_attempt_as_failed")),
     Property("look-ahead claims given back when jobs block", (
         "test_jobs_claimed_ahead_are_given_back_when_a_job_blocks",)),
+    Property("a slot serves on while its completion is written; a stalled writer holds "
+             "claims", (
+                 "test_a_slow_completion_write_frees_its_handler_slot_and_a_stalled_writer_"
+                 "holds_claims",)),
     Property("stored results", (
         "test_result_round_trips_once_the_job_succeeded",
         "test_no_result_reads_as_none",
@@ -227,6 +231,8 @@ PROPERTIES = (
         "test_registry_rows_expire_when_heartbeats_stop",
         "test_a_worker_registers_while_it_runs",
         "test_portq_workers_and_stats_show_registered_workers")),
+    Property("workers crowding a queue share its claim loops", (
+        "test_workers_crowding_a_queue_share_a_budget_of_claim_loops",)),
     Property("middleware around handlers", (
         "test_middleware_wraps_the_handler_in_order_and_sees_its_outcome",
         "test_middleware_can_short_circuit_and_fail_a_job",
