@@ -6,7 +6,7 @@ for the runtime is :class:`portq.protocol.Capabilities`. The shared SQL machiner
 (:mod:`portq.backends.sql`) runs the named statements of ``dialects/<engine>/`` and calls
 the hooks of :class:`EngineHooks`, which an engine module (``sqlite.py``, ``postgres.py``,
 ``mysql.py``, ``sqlserver.py``, ``oracle.py``) overrides where its engine differs; an
-engine module overrides nothing else (tests/test_engine_seam_static.py checks it).
+engine module overrides nothing else (tests/test_engine_seam.py checks it).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 from test_sqlserver_oracle_schema_locks_logins import ScriptedCursor, _closed_port, _OracleCursor
-from test_sqlserver_oracle_static import SAMPLE, _ora
+from test_sqlserver_oracle_sql import SAMPLE, _ora
 
 from portq.backends.base import SqlBackend
 from portq.errors import (

@@ -1,8 +1,8 @@
 """Issue 34's workflow statements on SQL Server and Oracle without a server (as
-tests/sql/test_sqlserver_oracle_static.py does for the rest): the retry batch returns the ids
+tests/sql/test_sqlserver_oracle_sql.py does for the rest): the retry batch returns the ids
 it retried, and the revival of dependency-cancelled dependents matches exactly the reason
 ``dependencies.failure_reason`` writes, locking the dependents it reads. The statements
-parse (test_sqlserver_oracle_static.py parses every statement of both engines)."""
+parse (test_sqlserver_oracle_sql.py parses every statement of both engines)."""
 
 from __future__ import annotations
 

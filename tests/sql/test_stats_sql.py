@@ -9,7 +9,7 @@ import math
 import pytest
 import sqlglot
 from sqlglot import exp
-from test_sqlserver_oracle_static import _index_expressions, _one
+from test_sqlserver_oracle_sql import _index_expressions, _one
 
 from portq.engines import NAMES
 from portq.sql import load_queries
