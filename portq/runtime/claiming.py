@@ -23,12 +23,13 @@ CLAIM_LOOP_BUDGET = 16
 class ClaimLoops(Writer):
     """The claim loops of a runtime (see the module)."""
 
-    def _claim_loop(self, main: bool = True, index: int = 0) -> None:
-        """Claim rounds until stopped. The ``main`` loop also gives back jobs left
-        unstarted too long, reaps, prunes and, with ``burst``, decides when the queues are
-        drained; the others (``index`` 1, 2, ...) only claim, and with the automatic
+    def _claim_loop(self, index: int = 0) -> None:
+        """Claim rounds until stopped. The main loop (``index`` 0) also gives back jobs
+        left unstarted too long, reaps, prunes and, with ``burst``, decides when the queues
+        are drained; the others (``index`` 1, 2, ...) only claim, and with the automatic
         look-ahead only while there is one (slow jobs need no second claim loop) and
         while their index is within :attr:`claim_loops`."""
+        main = index == 0
         s = self.settings
         pacing = Pacing(self.queues, s.idle_min, s.idle_max)
         while not self._stopping.is_set():

@@ -68,7 +68,7 @@ class Runtime(ClaimLoops, Leases):
         self.executor = executor
         self._start_threads()
         try:
-            self._claim_loop(main=True)
+            self._claim_loop()
         finally:
             self._shutdown()
         return self.counters
@@ -80,7 +80,7 @@ class Runtime(ClaimLoops, Leases):
         self.queue.backend.watch_identity(self._history_changed)
         for n in range(1, s.claimers):
             self._claim_threads.append(self._spawn(
-                functools.partial(self._claim_loop, main=False, index=n), f"portq-claim-{n}"))
+                functools.partial(self._claim_loop, index=n), f"portq-claim-{n}"))
         if not s.single_writer:  # a single writer's claim loop writes them itself
             self._start_writers(min(s.claimers, COMPLETION_BATCHERS))
         if s.options.heartbeat:
