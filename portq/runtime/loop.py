@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -30,10 +29,11 @@ class LoopExecutor:
         self._runtime: Runtime | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # job id -> (the attempt, the task running it): a later attempt of the same job may
-        # run in the same task, so the attempt is compared before the task is cancelled
+        # run in the same task, so the attempt is compared before the task is cancelled.
+        # Read and written on the loop only (timed_out's cancel runs there): no lock
         self._current: dict[int, tuple[Job, asyncio.Task[None]]] = {}
         self._shutting_down = False
-        self._lock = threading.Lock()  # _current is read from the runtime's threads
+        self._idle: list[asyncio.Future[None]] = []  # wake-ups of the idle handler tasks
 
     def start(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -42,21 +42,31 @@ class LoopExecutor:
         call_soon(self.loop, self._dispatch)
 
     def _dispatch(self) -> None:
-        """On the loop: start handler tasks while jobs wait and fewer than ``concurrency``
-        run; each runs waiting jobs until none waits (a task per job would cost more than
-        a short job)."""
+        """On the loop: wake an idle handler task per waiting job, then start new ones
+        while jobs wait and fewer than ``concurrency`` exist. A task serves waiting jobs
+        one after another and waits idle when none is left (a task per job, or per batch,
+        costs more than a short job)."""
         runtime = self._runtime
         assert runtime is not None
-        while len(self._tasks) < self.concurrency and not self._shutting_down:
+        waiting = len(runtime.line)
+        while waiting > 0 and self._idle:
+            wake = self._idle.pop()
+            if not wake.done():
+                wake.set_result(None)
+                waiting -= 1
+        while waiting > 0 and len(self._tasks) < self.concurrency and \
+                not self._shutting_down:
             job = runtime.take_job()
             if job is None:
                 return
             task = self.loop.create_task(self._serve(job), name="portq-handler")
             self._tasks.add(task)
+            waiting -= 1
 
     async def _serve(self, job: Job | None) -> None:
         runtime = self._runtime
-        assert runtime is not None
+        task = asyncio.current_task()
+        assert runtime is not None and task is not None
         ran = 0
         # a job's time, for the look-ahead, runs from when this task was free for it: the
         # time the loop gave other tasks meanwhile counts, so that the look-ahead follows
@@ -64,28 +74,29 @@ class LoopExecutor:
         # handlers' own time says, and jobs claimed for it would wait past their bound)
         free_since = time.perf_counter()
         try:
-            while job is not None:
-                free_since = await self._run(runtime, job, free_since)
-                ran += 1
-                if ran % JOBS_BEFORE_YIELD == 0:
-                    await asyncio.sleep(0)
+            while not self._shutting_down:
+                if job is None:  # none waits: idle until _dispatch (or shutdown) wakes it
+                    wake = self.loop.create_future()
+                    self._idle.append(wake)
+                    await wake
+                    free_since = time.perf_counter()
+                else:
+                    free_since = await self._run(runtime, task, job, free_since)
+                    ran += 1
+                    if ran % JOBS_BEFORE_YIELD == 0:
+                        await asyncio.sleep(0)
                 job = None if self._shutting_down else runtime.take_job()
         finally:
-            task = asyncio.current_task()
-            if task is not None:
-                self._tasks.discard(task)
-            if not self._shutting_down and len(runtime.line):
-                self._dispatch()  # jobs that came while this task was ending
+            self._tasks.discard(task)
 
-    async def _run(self, runtime: Runtime, job: Job, free_since: float) -> float:
-        """One job: await its handler, hand what happened to the runtime, with the time
-        since this task was ``free_since``; return when it is free again. A
+    async def _run(self, runtime: Runtime, task: asyncio.Task[None], job: Job,
+                   free_since: float) -> float:
+        """One job, in ``task``: await its handler, hand what happened to the runtime, with
+        the time since this task was ``free_since``; return when it is free again. A
         ``CancelledError`` is the handler's own failure unless portq cancelled the task
         (an operator's cancel or a timeout: nothing to write; shutdown: it ends here)."""
-        task = asyncio.current_task()
-        assert task is not None
-        with self._lock:
-            self._current[job.id] = (job, task)
+        current = self._current
+        current[job.id] = (job, task)
         error: BaseException | None = None
         result = None
         try:
@@ -101,9 +112,8 @@ class LoopExecutor:
         except BaseException as exc:  # noqa: BLE001 - any is the attempt's failure
             error = exc
         finally:
-            with self._lock:
-                if self._current.get(job.id, (None,))[0] is job:
-                    del self._current[job.id]
+            if current.get(job.id, (None,))[0] is job:
+                del current[job.id]
         done = time.perf_counter()
         runtime.finish(job, error, result, done - free_since)
         return done
@@ -112,8 +122,7 @@ class LoopExecutor:
         """Cancel the task awaiting ``job``'s handler, if it still runs that attempt when
         the loop gets to it."""
         def cancel() -> None:
-            with self._lock:
-                running = self._current.get(job.id)
+            running = self._current.get(job.id)
             if running is not None and running[0] is job:
                 running[1].cancel()
         call_soon(self.loop, cancel)
@@ -127,6 +136,7 @@ class LoopExecutor:
         """Cancel every handler task (shutdown's grace is over)."""
         def cancel_all() -> None:
             self._shutting_down = True
+            self._idle.clear()
             for task in list(self._tasks):
                 task.cancel()
         call_soon(self.loop, cancel_all)
@@ -134,6 +144,10 @@ class LoopExecutor:
     def close(self) -> None:
         def closing() -> None:
             self._shutting_down = True
+            idle, self._idle = self._idle, []
+            for wake in idle:  # the idle tasks end
+                if not wake.done():
+                    wake.set_result(None)
         call_soon(self.loop, closing)
 
     async def wait_stopped(self) -> None:
