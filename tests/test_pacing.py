@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-from portq.runtime.pacing import LOOKAHEAD_BOUND_SHARE, LOOKAHEAD_SLOW_CYCLES
+from portq.runtime.pacing import LOOKAHEAD_BOUND_SHARE, LOOKAHEAD_SLOW_CYCLES, RoundRobin
 from portq.worker import LOOKAHEAD_CYCLES, LOOKAHEAD_LEASE_FRACTION, LookAhead, Pacing
 
 
 def test_round_robin_and_a_missed_turn_is_kept() -> None:
-    p = Pacing(["a", "b", "c"], idle_min=0.05, idle_max=2.0)
+    p = Pacing(RoundRobin(["a", "b", "c"]), idle_min=0.05, idle_max=2.0)
     assert p.turns() == ["a", "b", "c"]
     p.finish_round(tried=1, claimed=1)
     assert p.turns() == ["b", "c", "a"]
     p.finish_round(tried=0, claimed=0)  # no free slot: b keeps its turn
     assert p.turns() == ["b", "c", "a"]
+
+
+def test_claim_loops_claiming_at_once_begin_with_different_queues() -> None:
+    turns = RoundRobin(["a", "b"])
+    first, second = (Pacing(turns, idle_min=0.05, idle_max=2.0) for _ in range(2))
+    assert first.turns() == ["a", "b"] and second.turns() == ["b", "a"]
+    second.finish_round(tried=1, claimed=1)
+    first.finish_round(tried=0, claimed=0)  # another round took a turn since: not given back
+    assert first.turns() == ["a", "b"]
+    first.finish_round(tried=0, claimed=0)  # none since: a keeps its turn
+    assert second.turns() == ["a", "b"]
 
 
 def test_free_slots_are_shared_among_the_queues_left() -> None:
@@ -21,7 +32,7 @@ def test_free_slots_are_shared_among_the_queues_left() -> None:
 
 
 def test_idle_and_error_delays_grow_to_their_caps_and_reset() -> None:
-    p = Pacing(["a"], idle_min=0.05, idle_max=2.0)
+    p = Pacing(RoundRobin(["a"]), idle_min=0.05, idle_max=2.0)
     delays = [p.idle_delay() for _ in range(12)]
     assert 0.05 <= delays[0] <= 0.1
     assert all(0 < d <= 2.0 for d in delays) and max(delays[-3:]) >= 1.0

@@ -118,9 +118,12 @@ def test_claims_only_free_slots_and_serves_queues_round_robin(queue: portq.Queue
         assert finished
     watcher.join()
     # no more handlers than slots, and the database never held more claims than the free
-    # slots plus the look-ahead (for 50 ms jobs, what starts during two claim round trips)
+    # slots plus the look-ahead (for 50 ms jobs, what starts during a few claim round
+    # trips) plus the finished jobs whose completion was still being written (a slot is
+    # free once its handler returns: up to the worker's ack_allowance of them)
     assert handler.most <= 3
-    assert most_running <= 3 + most_ahead, (most_running, most_ahead)
+    assert most_running <= 3 + most_ahead + worker.ack_allowance, \
+        (most_running, most_ahead, worker.ack_allowance)
     assert worker.counters.claimed == 24
     # both queues were served from the start, not one drained before the other
     first_half = Counter(handler.order[:12])

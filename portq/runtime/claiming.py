@@ -31,7 +31,7 @@ class ClaimLoops(Writer):
         while their index is within :attr:`claim_loops`."""
         main = index == 0
         s = self.settings
-        pacing = Pacing(self.queues, s.idle_min, s.idle_max)
+        pacing = Pacing(self.turns, s.idle_min, s.idle_max)
         while not self._stopping.is_set():
             if s.auto_lookahead:
                 if main:

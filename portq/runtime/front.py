@@ -110,6 +110,12 @@ class WorkerFront:
         return self.runtime.lookahead
 
     @property
+    def ack_allowance(self) -> int:
+        """Finished jobs whose outcome may wait for its write without holding a handler
+        slot against new claims (the database still shows them running meanwhile)."""
+        return self.runtime.ack_allowance
+
+    @property
     def counters(self) -> WorkerCounters:
         return self.runtime.counters
 

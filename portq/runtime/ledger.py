@@ -22,7 +22,7 @@ from portq.runtime.execution import Outcome
 from portq.runtime.mailbox import Mailbox
 from portq.runtime.maintenance import Maintenance
 from portq.runtime.options import Settings
-from portq.runtime.pacing import LookAhead
+from portq.runtime.pacing import LookAhead, RoundRobin
 from portq.runtime.watch import Watch
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ class Ledger:
         self.log = logger
         self.backoff: Backoff = s.options.backoff or queue.backoff
         self.lookahead = LookAhead(s.concurrency, s.lease, s.prefetch)
+        #: whose turn comes first in a claim round, shared by the claim loops
+        self.turns = RoundRobin(self.queues)
         self.counters = WorkerCounters()
         self.outcomes = Outcomes(self.counters, worker_id, logger)
         self.maintenance = Maintenance(
@@ -63,10 +65,8 @@ class Ledger:
         #: finished jobs whose outcome may wait for its write without holding a slot
         #: against new claims (see :meth:`_free_locked`): with the automatic look-ahead
         #: only (a fixed ``prefetch`` keeps its bound of concurrency + prefetch owned)
-        #: and with one queue only (with several, 2 runs in 12 of the round-robin test
-        #: served one queue 10 jobs before the other's third)
         self.ack_allowance = s.concurrency if s.auto_lookahead and not s.single_writer \
-            and len(queues) == 1 else 0
+            else 0
         self._lock = threading.Lock()
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (waiting or running)

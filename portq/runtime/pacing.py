@@ -5,26 +5,56 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections import deque
 from collections.abc import Sequence
 
 from portq.queue import positive_int
 
 
-class Pacing:
-    """The claim loop's decisions, shared by :class:`Worker` and ``portq.aio.AsyncWorker``:
-    which queue's turn comes first, how many free slots each queue of a round may claim,
-    and how long to sleep when the queues are empty or the database fails."""
+class RoundRobin:
+    """Which queue comes first in a claim round, shared by a worker's claim loops: each
+    round takes the next start, so that loops claiming at once begin with different
+    queues; a round that claimed from no queue gives its start back if no round took one
+    since (the queue keeps its turn)."""
 
-    def __init__(self, queues: Sequence[str], idle_min: float, idle_max: float) -> None:
+    def __init__(self, queues: Sequence[str]) -> None:
         self.queues = list(queues)
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        """This round's start (an index into the queues, modulo their number)."""
+        with self._lock:
+            start, self._next = self._next, self._next + 1
+            return start
+
+    def give_back(self, start: int) -> None:
+        """The round that took ``start`` claimed from no queue."""
+        with self._lock:
+            if self._next == start + 1:
+                self._next = start
+
+
+class Pacing:
+    """One claim loop's decisions, shared by :class:`Worker` and
+    ``portq.aio.AsyncWorker``: which queue's turn comes first (from the worker's
+    :class:`RoundRobin`), how many free slots each queue of a round may claim, and how
+    long to sleep when the queues are empty or the database fails."""
+
+    def __init__(self, turns: RoundRobin, idle_min: float, idle_max: float) -> None:
+        self.queues = turns.queues
         self.idle_min, self.idle_max = idle_min, idle_max
+        self._turns = turns
         self._start = 0
         self._idle_rounds = 0
 
     def turns(self) -> list[str]:
         """This round's queues, round-robin."""
         n = len(self.queues)
+        if n == 1:
+            return self.queues
+        self._start = self._turns.take()
         return [self.queues[(self._start + i) % n] for i in range(n)]
 
     @staticmethod
@@ -33,9 +63,9 @@ class Pacing:
         return -(-free // queues_left)
 
     def finish_round(self, tried: int, claimed: int) -> None:
-        """Rotate (unless no queue got a turn: it keeps it) and track idleness."""
-        if tried:
-            self._start += 1
+        """Track idleness; a round in which no queue got a turn gives its start back."""
+        if not tried and len(self.queues) > 1:
+            self._turns.give_back(self._start)
         if claimed:
             self._idle_rounds = 0
 
