@@ -382,6 +382,11 @@ class Backend(ABC):
         an earlier generation's, only while ``claim`` owns the job; False: ownership lost."""
 
     @abstractmethod
+    def store_results(self, results: Sequence[tuple[Claim, str]]) -> list[bool]:
+        """:meth:`store_result` for several running jobs in one transaction (a worker's
+        writer, before it completes them); one fenced result per claim, in order."""
+
+    @abstractmethod
     def result(self, job_id: int, conn: Any | None = None) -> Any:
         """The stored return value of a succeeded job, or None when it has none (``conn``:
         as :meth:`job`)."""

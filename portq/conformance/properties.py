@@ -164,6 +164,7 @@ PROPERTIES = (
         "test_too_large_result_is_refused_and_the_job_is_unharmed",
         "test_prune_deletes_the_result_with_the_job",
         "test_stale_generation_cannot_store_a_result",
+        "test_results_of_a_batch_are_stored_in_one_transaction_each_fenced",
         "test_worker_stores_a_handlers_return_value",
         "test_worker_sends_a_job_with_an_unstorable_result_to_dead")),
     Property("job dependencies and workflows", (

@@ -84,6 +84,26 @@ def test_stale_generation_cannot_store_a_result(queue: portq.Queue, qname: str) 
     assert _result_rows(queue, job_id) == 1
 
 
+def test_results_of_a_batch_are_stored_in_one_transaction_each_fenced(
+        queue: portq.Queue, qname: str) -> None:
+    """``Backend.store_results`` (the worker's writer, one transaction a batch): each
+    claim's result is stored only while it owns its job, and a stale claim in the batch
+    does not stop the others."""
+    ids = [queue.enqueue(qname, i, max_attempts=5) for i in range(4)]
+    jobs = queue.claim(qname, "w", limit=4, lease=30)
+    assert sorted(j.id for j in jobs) == sorted(ids)
+    stale = jobs[1]
+    assert queue.release(stale) is True  # its claim no longer owns the job
+    batch = [(j.claim, queue.dump_result({"n": j.payload})) for j in reversed(jobs)]
+    assert queue.backend.store_results(batch) == [j is not stale for j in reversed(jobs)]
+    assert queue.backend.store_results([]) == []
+    for job in jobs:
+        assert queue.complete(job) is (job is not stale)
+    for job in jobs:
+        assert queue.result(job.id) == (None if job is stale else {"n": job.payload})
+        assert _result_rows(queue, job.id) == (0 if job is stale else 1)
+
+
 def test_prune_deletes_the_result_with_the_job(queue: portq.Queue, qname: str) -> None:
     job_id = queue.enqueue(qname, "x")
     job = _claim_one(queue, qname)

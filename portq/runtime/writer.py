@@ -36,8 +36,9 @@ class Writer(Ledger):
         with self._lock:
             owned = {j.id for j in self._mark_writing([o.job for o in outcomes])}
         mine = [o for o in outcomes if o.job.id in owned]  # one lost meanwhile: not reported
-        completions = [o.job for o in mine if o.kind == SUCCEEDED and
-                       (o.result is None or self._store_result(o.job, o.result))]
+        succeeded = [o for o in mine if o.kind == SUCCEEDED]
+        stored = self._store_results([o for o in succeeded if o.result is not None])
+        completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
         if completions:
             with self.watch("complete_many"):
                 written = self._write(completions, functools.partial(
@@ -63,15 +64,23 @@ class Writer(Ledger):
                 self._forget(o.job)
         return len(outcomes)
 
-    def _store_result(self, job: Job, text: str) -> bool:
-        """Store a handler's return value before its completion; False when the claim lost
-        the job (logged) or the lease ran out first."""
+    def _store_results(self, outcomes: Sequence[Outcome]) -> set[int]:
+        """Store the handlers' return values before their completions, in one
+        transaction; the ids of the jobs whose result was stored (one whose claim lost the
+        job is logged; none when the lease ran out first)."""
+        if not outcomes:
+            return set()
+        jobs = [o.job for o in outcomes]
         with self.watch("store_result"):
-            written = self._write([job], lambda: [self.queue.backend.store_result(
-                _claim_of(job), text)])
-        if written is not None and not written[0][0]:
-            self._record(job, SUCCEEDED, False, written[1], "", None)
-        return written is not None and written[0][0]
+            written = self._write(jobs, lambda: self.queue.backend.store_results(
+                [(_claim_of(o.job), o.result or "") for o in outcomes]))
+        if written is None:
+            return set()
+        results, interrupted = written
+        for job, ok in zip(jobs, results, strict=True):
+            if not ok:
+                self._record(job, SUCCEEDED, False, interrupted, "", None)
+        return {job.id for job, ok in zip(jobs, results, strict=True) if ok}
 
     def _write_failure(self, o: Outcome) -> None:
         retry_in = None if o.kind == DEAD else o.retry_in

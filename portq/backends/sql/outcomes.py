@@ -114,14 +114,26 @@ class Outcomes(Claiming):
     # ---- results ------------------------------------------------------------------------
 
     def store_result(self, claim: Claim, result_json: str) -> bool:
-        params = {**self.guard(claim), "result": result_json}
+        return self.store_results([(claim, result_json)])[0]
 
-        def go(cur: Any) -> bool:
-            if self.execute(cur, "lock_owned_job", params).fetchone() is None:
-                return False
-            self.execute(cur, "delete_result", params)
-            self.insert_result(cur, params)
-            return True
+    def store_results(self, results: Sequence[tuple[Claim, str]]) -> list[bool]:
+        """Each result stored while its claim owns the job (its row locked first), all in
+        one transaction: one commit for a writer's batch, not one per job. Rows are locked
+        in job id order, as a batch's completion locks them."""
+        if not results:
+            return []
+        params = [{**self.guard(claim), "result": text} for claim, text in results]
+        order = sorted(range(len(params)), key=lambda i: params[i]["job_id"])
+
+        def go(cur: Any) -> list[bool]:
+            stored = [False] * len(params)
+            for i in order:
+                if self.execute(cur, "lock_owned_job", params[i]).fetchone() is None:
+                    continue
+                self.execute(cur, "delete_result", params[i])
+                self.insert_result(cur, params[i])
+                stored[i] = True
+            return stored
         return self.run("store_result", go)
 
     def insert_result(self, cur: Any, params: dict[str, Any]) -> None:
