@@ -974,7 +974,7 @@ asserts that plan shape on every engine). Table size does not enter the claim's 
 what varies between the rows of that table is machine noise.
 
 {verdict} The Worker has one mode since issue 20: completions written in the
-background by completion batchers (one `complete_many` statement per batch), claims sized
+background by a completion batcher (one `complete_many` statement per batch), claims sized
 to free threads plus a look-ahead that Little's law sizes from the measured job and claim
 times (0 while jobs outlast a claim's round trip, bounded by a tenth of the lease), and up
 to 4 claim loops while there is a look-ahead. What bounds it is Python CPU per job
