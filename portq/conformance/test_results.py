@@ -94,7 +94,10 @@ def test_results_of_a_batch_are_stored_in_one_transaction_each_fenced(
     assert sorted(j.id for j in jobs) == sorted(ids)
     stale = jobs[1]
     assert queue.release(stale) is True  # its claim no longer owns the job
-    batch = [(j.claim, queue.dump_result({"n": j.payload})) for j in reversed(jobs)]
+    batch = []
+    for job in reversed(jobs):
+        assert job.claim is not None
+        batch.append((job.claim, queue.dump_result({"n": job.payload})))
     assert queue.backend.store_results(batch) == [j is not stale for j in reversed(jobs)]
     assert queue.backend.store_results([]) == []
     for job in jobs:
