@@ -203,17 +203,19 @@ class HandlerRunner:
 
 
 class _AwaitingHandler:
-    """A task awaiting a handler's awaitable, as ``job``'s cancel callback: called on any
-    thread, it cancels the task on its loop if it still awaits then. One object per job
-    (a closure with its state and two partials cost a tenth of a short job)."""
+    """A task (or future) awaiting a handler's awaitable, as ``job``'s cancel callback:
+    called on any thread, it cancels the task on its loop if it still awaits then, and
+    notes that it did (``cancelled``). One object per job (a closure with its state and
+    two partials cost a tenth of a short job)."""
 
     __slots__ = ("awaiting", "cancelled", "task")
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
+    def __init__(self, task: asyncio.Future[Any]) -> None:
         self.task, self.awaiting, self.cancelled = task, True, False
 
     def __call__(self) -> None:
-        call_soon(self.task.get_loop(), self._cancel)
+        if not self.task.done():
+            call_soon(self.task.get_loop(), self._cancel)
 
     def _cancel(self) -> None:  # on the loop
         if self.awaiting and not self.task.done():
@@ -226,13 +228,8 @@ async def _cancellable(awaitable: Awaitable[Any], job: Job) -> Any:
     operator's cancel, learned by the worker from any thread): the awaiting code then
     gets :class:`asyncio.CancelledError`."""
     task = asyncio.ensure_future(awaitable)
-    job._cancel.on_cancel(functools.partial(_cancel_soon, asyncio.get_running_loop(), task))
+    job._cancel.on_cancel(_AwaitingHandler(task))
     return await task
-
-
-def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Future[Any]) -> None:
-    if not task.done():
-        call_soon(loop, task.cancel)
 
 
 def call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], Any]) -> None:
