@@ -135,7 +135,9 @@ def test_a_job_not_started_within_the_guard_is_given_back(
     """A worker stalled between a rate-limited claim's commit and its handlers (0.3 s;
     the guard of 3 per 1 s is 50 ms) gives those jobs back unstarted, their attempt too:
     no handler starts later than its claim's guard, so the limit holds in every window of
-    start times, and every job still runs once, in a later claim."""
+    start times, and every job still runs once, in a later claim (a loaded machine may
+    give a later claim's jobs back too: each release is counted and gives its attempt
+    back)."""
     n = 3
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(n)])
     queue.set_rate_limit(qname, n, 1.0)
@@ -163,12 +165,19 @@ def test_a_job_not_started_within_the_guard_is_given_back(
         counters = asyncio.run(main())
     late = [s for s in starts if s[3] is None or s[2] > s[3]]
     assert late == [], late
-    assert counters.released == n and counters.succeeded == n, counters
-    assert sorted(s[0] for s in starts) == sorted({s[0] for s in starts})  # once each
-    assert len(starts) == n and {s[1] for s in starts} == {2}  # a new generation, and
-    done = queue.jobs("succeeded", queue=qname)  # the released attempt given back:
-    assert {(j.attempts, j.max_attempts) for j in done} == {(2, 26)}, done  # 25 + 1
-    assert counts(queue, qname)["succeeded"] == n
+    # the stalled claim's jobs were all given back; a later claim's may be too, when a
+    # loaded machine keeps its handlers from starting within the 50 ms guard
+    assert counters.succeeded == n and counters.released >= n, counters
+    assert counters.claimed == counters.released + counters.succeeded, counters
+    done = {j.id: j for j in queue.jobs("succeeded", queue=qname)}
+    assert len(done) == n and counts(queue, qname)["succeeded"] == n
+    given_back = {i: j.attempts - 1 for i, j in done.items()}
+    assert min(given_back.values()) >= 1 and sum(given_back.values()) == counters.released
+    # each released attempt given back (25 + releases), and each job ran once, in the
+    # generation after its last release
+    assert all(j.max_attempts == 25 + given_back[i] for i, j in done.items()), done
+    assert sorted((s[0], s[1]) for s in starts) == sorted(
+        (i, j.attempts) for i, j in done.items()), (starts, done)
 
 
 def test_portq_limit_sets_and_clears_the_rate_limit(
