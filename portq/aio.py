@@ -192,6 +192,10 @@ class AsyncQueue:
         """Return an unfinished job to ready without spending its attempt."""
         return await self._call(self.queue.release, job)
 
+    async def release_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """:meth:`portq.Queue.release_many` (several give-backs, one transaction)."""
+        return await self._call(self.queue.release_many, jobs)
+
     async def snooze(self, job: Job | Claim, delay: Any) -> bool:
         """:meth:`portq.Queue.snooze` (run again after ``delay``, the attempt given back)."""
         return await self._call(self.queue.snooze, job, delay)

@@ -228,6 +228,11 @@ class Backend(ABC):
         ``max_attempts`` grows by one, so the next claim is still a new generation."""
 
     @abstractmethod
+    def release_many(self, claims: Sequence[Claim]) -> list[bool]:
+        """:meth:`release` for several claims in one transaction (one commit, rows locked
+        in job id order); each result says whether that claim still owned its job."""
+
+    @abstractmethod
     def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
         """Same guard as :meth:`release`; ready again after ``delay_ms``, the attempt given
         back, unless the job was snoozed ``max_snoozes`` times (then False, nothing

@@ -337,6 +337,11 @@ class Queue(QueueOperators[B]):
         give-backs stay within its attempt budget (then spending it; dead when spent)."""
         return self.backend.release(_claim_of(job))
 
+    def release_many(self, jobs: Sequence[Job | Claim]) -> list[bool]:
+        """:meth:`release` for several jobs in one transaction (one commit); each result
+        says whether that claim still owned its job."""
+        return self.backend.release_many([_claim_of(j) for j in jobs])
+
     def snooze(self, job: Job | Claim, delay: Any) -> bool:
         """Run the job again after ``delay`` (seconds, a timedelta or ``'5m'``) without
         spending its attempt; False when the claim no longer owns the job or the job was

@@ -133,6 +133,26 @@ def test_fencing_stale_claim_cannot_finish(async_url: str, queue: portq.Queue,
     assert (c["succeeded"], c["ready"], c["running"]) == (1, 0, 0)
 
 
+def test_release_many_gives_back_owned_claims_in_one_call(async_url: str,
+                                                          queue: portq.Queue,
+                                                          qname: str) -> None:
+    """``AsyncQueue.release_many``: the owned claims go back to ready, their attempts
+    given back; a claim given back already is refused, per job."""
+    async def body(q: aio.AsyncQueue) -> None:
+        await q.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1}
+                              for i in range(3)])
+        a, b, c = sorted(await q.claim(qname, "owner", limit=3, lease=30),
+                         key=lambda j: j.id)
+        assert await q.release(b)
+        assert await q.release_many([c, b, a]) == [True, False, True]
+        again = sorted(await q.claim(qname, "next", limit=3, lease=30), key=lambda j: j.id)
+        assert [(j.id, j.attempt, j.max_attempts) for j in again] == \
+            [(a.id, 2, 2), (b.id, 2, 2), (c.id, 2, 2)]
+        assert await q.complete_many(again) == [True, True, True]
+    run(async_url, body)
+    assert counts(queue, qname)["succeeded"] == 3
+
+
 def test_async_worker_runs_handlers_with_bounded_concurrency(
         async_url: str, queue: portq.Queue, qname: str) -> None:
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(40)])

@@ -197,3 +197,39 @@ def test_a_retry_claimed_again_while_its_failure_is_being_written_gets_its_outco
         worker.stop()
         thread.join(30)
         del queue.fail
+
+
+def test_a_shutdown_gives_back_its_unstarted_jobs_in_one_transaction(
+        queue: portq.Queue, qname: str) -> None:
+    """Jobs claimed ahead and never started go back to ready at the shutdown in one
+    ``release_many`` (one commit, one take of SQLite's write lock), not one transaction
+    per job; each keeps its attempt."""
+    total = 24
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+    options = WorkerOptions(concurrency=4, prefetch=20, lease=60, idle_min=0.01,
+                            idle_max=0.05, reap_interval=None, prune_interval=None, grace=0)
+    runtime = Runtime(queue, [qname], lambda job: None, settle(options, queue.backend),
+                      worker_id="dead-slots:2:0")
+    calls: list[int] = []
+    release_many = queue.release_many
+
+    def counted(jobs: list[Job]) -> list[bool]:
+        calls.append(len(jobs))
+        return release_many(jobs)
+    queue.release_many = counted  # type: ignore[method-assign,assignment]
+    thread = threading.Thread(target=runtime.run, args=(DeadSlots(),), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while runtime.counters.claimed < total and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runtime.counters.claimed == total, runtime.counters
+    finally:
+        runtime.stop()
+        thread.join(30)
+        del queue.release_many
+    assert calls == [total]
+    assert runtime.counters.released == total
+    records = [queue.job(i) for i in ids]
+    assert all(r is not None and r.state == "ready" and r.max_attempts == 26
+               for r in records), records

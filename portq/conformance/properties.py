@@ -44,6 +44,7 @@ PROPERTIES = (
         "test_deferred_ack_of_a_job_taken_away_is_not_written",
         "test_complete_many_mixed_owned_and_lost",
         "test_renew_many_fences_each_claim",
+        "test_release_many_gives_back_each_owned_claim_in_one_transaction",
         "test_a_worker_id_differing_in_trailing_space_or_case_is_another_worker",
         "test_a_worker_id_with_trailing_space_is_kept_exactly",
         "test_renewal_refused_after_the_jobs_own_outcome_is_not_a_loss",

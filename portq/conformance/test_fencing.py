@@ -71,6 +71,27 @@ def test_release_returns_the_job_without_spending_an_attempt(queue: portq.Queue,
     assert queue.complete(b) is True
 
 
+def test_release_many_gives_back_each_owned_claim_in_one_transaction(
+        queue: portq.Queue, qname: str) -> None:
+    """One transaction gives back the owned jobs, their attempts too, and refuses, per
+    job, a cancelled one and a forged worker's claim; results follow the claims' order."""
+    queue.enqueue_many([{"queue": qname, "payload": i, "max_attempts": 1} for i in range(4)])
+    a, b, c, d = sorted(queue.claim(qname, "worker-a", limit=4, lease=30),
+                        key=lambda j: j.id)
+    assert d.claim is not None
+    assert queue.cancel(b.id)
+    forged = Claim(d.id, d.claim.generation, "worker-z", d.claim.lease_until)
+    assert queue.release_many([c, forged, b, a]) == [True, False, False, True]
+    assert queue.release_many([a, c]) == [False, False], "released twice"
+    assert queue.release_many([]) == []
+    got = counts(queue, qname)
+    assert (got["ready"], got["running"], got["cancelled"]) == (2, 1, 1)
+    again = sorted(queue.claim(qname, "worker-b", limit=4, lease=30), key=lambda j: j.id)
+    assert [(j.id, j.attempt, j.max_attempts) for j in again] == \
+        [(a.id, 2, 2), (c.id, 2, 2)]
+    assert queue.complete(d) is True  # the forged give-back left d with its owner
+
+
 def test_complete_many_fences_each_claim(queue: portq.Queue, qname: str) -> None:
     """One transaction completes the owned jobs and refuses the stale one, per job."""
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])

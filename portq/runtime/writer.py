@@ -143,16 +143,19 @@ class Writer(Ledger):
 
 
     def _release(self, jobs: Sequence[Job], why: str) -> None:
-        """Give ``jobs`` back to ready (the attempt is given back too)."""
-        for job in jobs:
-            try:
-                with self.watch("release"):
-                    released = self.queue.release(job)
-            except Exception as exc:  # noqa: BLE001 - its lease will expire instead
-                self.log.error("job.release_failed job_id=%d worker=%s error=%s",
-                               job.id, self.worker_id, exc)
-                continue
-            if released:
+        """Give ``jobs`` back to ready (the attempt is given back too), in one
+        transaction."""
+        if not jobs:
+            return
+        try:
+            with self.watch("release"):
+                released = self.queue.release_many(jobs)
+        except Exception as exc:  # noqa: BLE001 - their leases will expire instead
+            self.log.error("job.release_failed job_id=%s worker=%s error=%s",
+                           ",".join(str(j.id) for j in jobs), self.worker_id, exc)
+            return
+        for job, ok in zip(jobs, released, strict=True):
+            if ok:
                 self.outcomes.released(job, why)
             else:
                 self.outcomes.lost(job, f"could not be given back ({why}): its lease had "

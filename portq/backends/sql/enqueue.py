@@ -152,8 +152,8 @@ class Enqueue(Schema):
         return changed
 
     def _settled(self, op: str, params: dict[str, Any]) -> bool:
-        """A one-row operation (``release``, ``cancel``) that may end the job dead or
-        cancelled, with its dependents settled in the same transaction."""
+        """A one-row operation (``cancel``) that may end the job cancelled, with its
+        dependents settled in the same transaction."""
         def go(cur: Any) -> bool:
             if self.execute(cur, op, params).rowcount != 1:
                 return False

@@ -66,7 +66,26 @@ class Outcomes(Claiming):
         return {(int(r[0]), int(r[1])) for r in rows}
 
     def release(self, claim: Claim) -> bool:
-        return self._settled("release", self.guard(claim))
+        return self.release_many([claim])[0]
+
+    def release_many(self, claims: Sequence[Claim]) -> list[bool]:
+        """Each claim's ``release`` statement, all in one transaction (a worker shutting
+        down, or giving back a look-ahead that waited too long, commits once, and on
+        SQLite takes the write lock once), rows locked in job id order; dependents of a
+        job the give-back ended dead are settled in it too."""
+        if not claims:
+            return []
+        params = [self.guard(claim) for claim in claims]
+        order = sorted(range(len(params)), key=lambda i: params[i]["job_id"])
+
+        def go(cur: Any) -> list[bool]:
+            released = [False] * len(params)
+            for i in order:
+                released[i] = self.execute(cur, "release", params[i]).rowcount == 1
+            if any(released):
+                self.settle_dependencies(cur)
+            return released
+        return self.run("release", go)
 
     def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
         return self._guarded("snooze", {**self.guard(claim), "delay_ms": delay_ms,
