@@ -216,3 +216,28 @@ def test_async_worker_metrics_endpoint(engine_url: str, qname: str) -> None:
     assert m[f"portq_claim_duration_seconds_count{a}"] >= 1
     assert m[f"portq_claim_duration_seconds_count{b}"] >= 1
     assert m[f"portq_queue_dead{b}"] == 1 and m["portq_stats_up"] == 1
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="no SIGUSR1 on this platform")
+def test_sigusr1_dumps_every_threads_stack_and_the_worker_goes_on(
+        engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
+    """``kill -USR1`` makes a stuck-looking worker say where each thread waits (on
+    stderr); it keeps running and still stops cleanly on SIGTERM."""
+    from portq.conformance.helpers import exit_code
+    from portq.conformance.test_worker import processes, wait_for_records, worker_process
+    queue.enqueue(qname, "stuck")
+    record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
+    with processes() as procs:
+        proc = worker_process(engine_url, TEST_PREFIX, qname, "block", record, log,
+                              "--lease", "30s", "--grace", "0s")
+        procs.append(proc)
+        wait_for_records(record, 1, proc, log)
+        proc.send_signal(signal.SIGUSR1)
+        assert wait_until(lambda: "most recent call first" in log.read_text(), timeout=10), \
+            log.read_text()[-3000:]
+        text = log.read_text()
+        assert "in block" in text and "portq/runtime/claiming.py" in text, text[-3000:]
+        assert proc.poll() is None, "SIGUSR1 ended the worker"
+        proc.send_signal(signal.SIGTERM)
+        assert exit_code(proc, log, 30) == 0, log.read_text()[-3000:]
+    assert "job.released" in log.read_text()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -109,7 +111,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker: Worker | AsyncWorker = AsyncWorker(AsyncQueue(q), queues, handler, **options) \
             if args.asyncio else Worker(q, queues, handler, **options)
         _say_paused(q, queues, "claims none of {its} jobs until `portq resume URL QUEUE`")
-        stops = _start_worker_extras(args, q, worker)
+        stops = [_dump_stacks_on(getattr(signal, "SIGUSR1", None)),
+                 *_start_worker_extras(args, q, worker)]
         try:
             if isinstance(worker, AsyncWorker):
                 asyncio.run(worker.run())
@@ -121,6 +124,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if args.burst:
             _say_paused(q, queues, "exits (--burst) with {its} jobs unclaimed")
     return 0
+
+
+def _dump_stacks_on(signum: signal.Signals | None) -> Callable[[], None]:
+    """``kill -USR1 PID`` writes every thread's stack to stderr (a worker that seems
+    stuck says where it waits) and the worker goes on; what undoes it (nothing where the
+    platform has no such signal)."""
+    if signum is None:
+        return lambda: None
+    faulthandler.register(signum, file=sys.stderr, all_threads=True, chain=False)
+    return lambda: faulthandler.unregister(signum)
 
 
 def _say_paused(q: portq.Queue, queues: str | Sequence[str], what: str) -> None:
@@ -161,7 +174,8 @@ def _start_worker_extras(args: argparse.Namespace, q: portq.Queue,
 
 
 def add_worker(cmds: Commands) -> None:
-    p = cmds.command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst)",
+    p = cmds.command("worker", cmd_worker, "run a worker until SIGTERM/SIGINT (or --burst); "
+                     "SIGUSR1 writes every thread's stack to stderr",
                      json_help=None)
     p.add_argument("--queue", action="append", default=None,
                    help="queue to serve; repeat for more (served round-robin); with --app: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,22 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0,
             return True
         time.sleep(interval)
     return predicate()
+
+
+def exit_code(proc: subprocess.Popen[bytes], log: Path, timeout: float) -> int:
+    """``proc``'s exit code once it exits within ``timeout`` seconds. A ``portq worker``
+    process that does not is asked for its threads' stacks (SIGUSR1, which the CLI turns
+    into a dump on stderr) and the test fails with the tail of ``log``, stacks included."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        usr1 = getattr(signal, "SIGUSR1", None)
+        if usr1 is not None:
+            proc.send_signal(usr1)
+            time.sleep(1.0)
+        raise AssertionError(f"worker process {proc.pid} did not exit within {timeout:g}s; "
+                             f"its log, thread stacks last:\n{log.read_text()[-6000:]}"
+                             ) from None
 
 
 def counts(queue: portq.Queue, qname: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import pytest
 import portq
 from portq import aio
 from portq.conformance.helpers import (
+    exit_code,
     not_applicable,
     quiet_worker,
     run_portq,
@@ -57,7 +58,7 @@ def _cancel_by_cli(engine_url: str, *ids: int) -> float:
 def _stop(proc: Any, log: Path) -> dict[str, int]:
     """SIGTERM the worker process; the counters of its worker.stopped line."""
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0, log.read_text()[-3000:]
+    assert exit_code(proc, log, 60) == 0, log.read_text()[-3000:]
     return stopped_counters(log.read_text())
 
 

@@ -19,7 +19,14 @@ import pytest
 
 import portq
 from portq.backends.dependencies import UnknownDependency
-from portq.conformance.helpers import counts, quiet_worker, run_portq, running, wait_until
+from portq.conformance.helpers import (
+    counts,
+    exit_code,
+    quiet_worker,
+    run_portq,
+    running,
+    wait_until,
+)
 from portq.conformance.plugin import raw_connection
 from portq.conformance.test_worker import processes, wait_for_records, worker_process
 from portq.job import Job
@@ -243,7 +250,7 @@ def test_killed_worker_processes_lose_and_double_release_nothing(
                                    "--reap-interval", "200ms", "--reap-delay", "0s",
                                    "--idle-max", "100ms")
             procs.append(again)
-            assert again.wait(120) == 0, rescue_log.read_text()[-3000:]
+            assert exit_code(again, rescue_log, 120) == 0, rescue_log.read_text()[-3000:]
     assert counts(queue, qname)["succeeded"] == total, counts(queue, qname)
     records = {i: queue.job(i) for i in [*fan, callback, *chain]}
     for job_id, needs in deps.items():

@@ -27,6 +27,7 @@ from portq.conformance.helpers import (
     OTHER_OWNER,
     PeakHandler,
     counts,
+    exit_code,
     quiet_worker,
     running,
     stopped_counters,
@@ -453,7 +454,7 @@ def test_killed_worker_process_is_recovered_and_fenced(queue: portq.Queue, engin
                                  rescue_log, "--burst", "--reap-interval", "200ms",
                                  "--reap-delay", "0s", "--idle-max", "200ms", "--lease", "30s")
         procs.append(rescuer)
-        assert rescuer.wait(60) == 0, rescue_log.read_text()[-3000:]
+        assert exit_code(rescuer, rescue_log, 60) == 0, rescue_log.read_text()[-3000:]
     recovered_in = time.monotonic() - killed_at
     assert counts(queue, qname)["succeeded"] == 6, counts(queue, qname)
     print(f"\n[{queue.backend.engine}] SIGKILLed worker's 4 jobs recovered and completed "
@@ -494,7 +495,7 @@ def test_burst_after_a_crash_finishes_every_job_before_it_exits(
                                burst_log, "--burst", "--reap-interval", "500ms",
                                "--idle-max", "200ms", "--lease", "30s")
         procs.append(burst)
-        assert burst.wait(90) == 0, burst_log.read_text()[-3000:]
+        assert exit_code(burst, burst_log, 90) == 0, burst_log.read_text()[-3000:]
     c = counts(queue, qname)
     assert (c["succeeded"], c["ready"], c["running"], c["scheduled"]) == (8, 0, 0, 1), c
     assert {r.id for r in queue.jobs("succeeded", queue=qname)} == set(ids)
@@ -519,7 +520,7 @@ def test_sigterm_releases_in_flight_jobs_after_grace(queue: portq.Queue, engine_
         held = wait_for_records(record, 3, proc, log)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(grace + 20)
+        code = exit_code(proc, log, grace + 20)
         exited = time.monotonic() - signalled
     text = log.read_text()
     assert code == 0, text[-3000:]
@@ -554,7 +555,7 @@ def test_second_signal_exits_at_once(queue: portq.Queue, engine_url: str, qname:
         assert wait_until(lambda: "worker.stopping" in log.read_text(), timeout=10)
         signalled = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(20)
+        code = exit_code(proc, log, 20)
         exited = time.monotonic() - signalled
     print(f"\n[{queue.backend.engine}] second signal: exited {exited:.2f}s after it "
           f"(grace was 60 s)")
@@ -585,7 +586,7 @@ def test_ten_thousand_jobs_two_processes_shutdown_midway_lose_nothing(
         assert wait_until(lambda: counts(queue, qname)["succeeded"] >= total // 3,
                           timeout=120), counts(queue, qname)
         procs[0].send_signal(signal.SIGTERM)
-        assert procs[0].wait(30) == 0, logs[0].read_text()[-3000:]
+        assert exit_code(procs[0], logs[0], 30) == 0, logs[0].read_text()[-3000:]
         procs.append(worker_process(engine_url, prefix, qname, "record", records[2], logs[2],
                                     "--concurrency", "4", "--lease", "30s", sleep=0.001))
         assert wait_until(lambda: counts(queue, qname)["succeeded"] == total,
