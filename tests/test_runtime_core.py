@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -233,3 +234,55 @@ def test_a_shutdown_gives_back_its_unstarted_jobs_in_one_transaction(
     records = [queue.job(i) for i in ids]
     assert all(r is not None and r.state == "ready" and r.max_attempts == 26
                for r in records), records
+
+
+def burst_sleeps(queue: portq.Queue, qname: str, handler: Any) -> list[float]:
+    """The sleeps a burst runtime's main claim loop asked for while it held jobs, for one
+    job run by ``handler`` (two slots: one stays free, so the loop keeps looking)."""
+    from portq.runtime.threaded import ThreadExecutor
+    queue.enqueue(qname, "one")
+    options = WorkerOptions(concurrency=2, burst=True, lease=30, idle_min=0.01, idle_max=5,
+                            reap_interval=None, prune_interval=None)
+    runtime = Runtime(queue, [qname], handler, settle(options, queue.backend),
+                      worker_id="burst-end:1:0")
+    main = threading.current_thread()
+    sleeps: list[float] = []
+    sleep = runtime._sleep
+
+    def recorded(seconds: float) -> None:
+        if threading.current_thread() is main and not runtime._idle():
+            sleeps.append(seconds)
+        sleep(seconds)
+    runtime._sleep = recorded  # type: ignore[method-assign]
+    assert runtime.run(ThreadExecutor(2)).succeeded == 1
+    return sleeps
+
+
+def test_a_burst_waiting_only_for_its_last_writes_looks_again_within_idle_min(
+        queue: portq.Queue, qname: str) -> None:
+    """With ``burst``, once nothing is left to claim and no handler runs, only the writes
+    of the worker's last outcomes keep it from exiting: its main claim loop looks again
+    within ``idle_min`` (not after the idle sleep that doubles each empty round), so it
+    exits within about ``idle_min`` of its last write. Here that write takes 0.6 s."""
+    complete_many = queue.complete_many
+
+    def slow_write(jobs: list[Job]) -> list[bool]:
+        time.sleep(0.6)
+        return complete_many(jobs)
+    queue.complete_many = slow_write  # type: ignore[method-assign,assignment]
+    try:
+        sleeps = burst_sleeps(queue, qname, lambda job: None)
+    finally:
+        del queue.complete_many
+    assert max(sleeps) <= 0.01, sleeps
+    # a single writer (SQLite) is the main claim loop itself: it writes, then exits
+    assert len(sleeps) >= (1 if queue.backend.capabilities.single_writer else 5), sleeps
+
+
+def test_a_burst_waiting_for_a_running_handler_backs_off_as_when_idle(
+        queue: portq.Queue, qname: str) -> None:
+    """While one of its handlers runs (a long job), a burst worker with nothing to claim
+    backs off as an idle one does (sleeps growing towards ``idle_max``), not polling at
+    ``idle_min`` for the whole job."""
+    sleeps = burst_sleeps(queue, qname, lambda job: time.sleep(0.6))
+    assert max(sleeps) > 0.05, sleeps

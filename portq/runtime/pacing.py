@@ -145,6 +145,10 @@ class LookAhead:
         if abs(job_s - self._sized_for) > 0.1 * self._sized_for:  # worth working out again
             self._size = None
 
+    def jobs_shorter_than(self, seconds: float) -> bool:
+        """Whether handlers have run, on average, less than ``seconds`` a job."""
+        return self._job_s is not None and self._job_s < seconds
+
     def stalled(self, waited: float) -> None:
         """Jobs claimed ahead waited ``waited`` seconds without a thread freeing up: take
         the run time to be at least that (no look-ahead until short jobs bring it down)."""
