@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import portq
-from portq.conformance.helpers import free_port, wait_until
+from portq.conformance.helpers import exit_code, free_port, wait_until
 from portq.conformance.plugin import TEST_PREFIX
 
 PORTQ = [sys.executable, "-m", "portq.cli"]
@@ -223,7 +223,6 @@ def test_sigusr1_dumps_every_threads_stack_and_the_worker_goes_on(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """``kill -USR1`` makes a stuck-looking worker say where each thread waits (on
     stderr); it keeps running and still stops cleanly on SIGTERM."""
-    from portq.conformance.helpers import exit_code
     from portq.conformance.test_worker import processes, wait_for_records, worker_process
     queue.enqueue(qname, "stuck")
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"

@@ -4,9 +4,10 @@ values, retry pacing and text helpers (no SQL, no state)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from portq.url import DatabaseURL
 
@@ -42,6 +43,13 @@ def _scrub(text: str, url: DatabaseURL) -> str:
 def storable_error(text: str) -> str:
     """Error text every engine stores: NUL as ``\\x00``, lone surrogates as ``\\udcXX``."""
     return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def in_job_id_order(params: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The indexes of ``params`` in the order of their ``job_id``: how an operation on
+    several jobs takes their rows, as a batch's completion does, so that two such
+    operations never wait on each other in a cycle."""
+    return sorted(range(len(params)), key=lambda i: int(params[i]["job_id"]))
 
 
 def one_line(text: str) -> str:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from portq.backends import dependencies
+from portq.backends.sql.common import in_job_id_order
 from portq.backends.sql.schema import Schema
 from portq.errors import DatabaseError
 from portq.job import EnqueueResult
@@ -151,15 +152,21 @@ class Enqueue(Schema):
             self.settle_dependencies(cur)
         return changed
 
-    def _settled(self, op: str, params: dict[str, Any]) -> bool:
-        """A one-row operation (``cancel``) that may end the job cancelled, with its
-        dependents settled in the same transaction."""
-        def go(cur: Any) -> bool:
-            if self.execute(cur, op, params).rowcount != 1:
-                return False
-            self.settle_dependencies(cur)
-            return True
-        return bool(self.run(op, go))
+    def _settled_many(self, op: str, params: Sequence[dict[str, Any]]) -> list[bool]:
+        """A one-row operation (``release``, ``cancel``) that may end its job dead or
+        cancelled, for each of ``params`` in one transaction (rows taken in job id order),
+        dependents settled in it too; whether each changed its row, in ``params``' order."""
+        if not params:
+            return []
+
+        def go(cur: Any) -> list[bool]:
+            changed = [False] * len(params)
+            for i in in_job_id_order(params):
+                changed[i] = self.execute(cur, op, params[i]).rowcount == 1
+            if any(changed):
+                self.settle_dependencies(cur)
+            return changed
+        return self.run(op, go)
 
     def dependency_results(self, job_id: int, conn: Any | None = None) -> dict[int, Any]:
         """``{dependency id: result}`` for the job's dependencies that stored a result."""

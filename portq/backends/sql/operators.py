@@ -49,7 +49,7 @@ class Operators(Outcomes):
         return bool(self.run("retry_dead", go))
 
     def cancel(self, job_id: int) -> bool:
-        return self._settled("cancel", {"job_id": job_id})
+        return self._settled_many("cancel", [{"job_id": job_id}])[0]
 
     def finished_per_minute(self, minutes: int) -> list[tuple[str, str, int, int]]:
         rows = self.run("finished_per_minute", lambda cur: self.execute(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from portq.backends.sql.claim import Claiming
-from portq.backends.sql.common import storable_error
+from portq.backends.sql.common import in_job_id_order, storable_error
 from portq.job import Claim
 
 
@@ -71,21 +71,8 @@ class Outcomes(Claiming):
     def release_many(self, claims: Sequence[Claim]) -> list[bool]:
         """Each claim's ``release`` statement, all in one transaction (a worker shutting
         down, or giving back a look-ahead that waited too long, commits once, and on
-        SQLite takes the write lock once), rows locked in job id order; dependents of a
-        job the give-back ended dead are settled in it too."""
-        if not claims:
-            return []
-        params = [self.guard(claim) for claim in claims]
-        order = sorted(range(len(params)), key=lambda i: params[i]["job_id"])
-
-        def go(cur: Any) -> list[bool]:
-            released = [False] * len(params)
-            for i in order:
-                released[i] = self.execute(cur, "release", params[i]).rowcount == 1
-            if any(released):
-                self.settle_dependencies(cur)
-            return released
-        return self.run("release", go)
+        SQLite takes the write lock once): see :meth:`_settled_many`."""
+        return self._settled_many("release", [self.guard(claim) for claim in claims])
 
     def snooze(self, claim: Claim, delay_ms: int, max_snoozes: int) -> bool:
         return self._guarded("snooze", {**self.guard(claim), "delay_ms": delay_ms,
@@ -142,11 +129,10 @@ class Outcomes(Claiming):
         if not results:
             return []
         params = [{**self.guard(claim), "result": text} for claim, text in results]
-        order = sorted(range(len(params)), key=lambda i: params[i]["job_id"])
 
         def go(cur: Any) -> list[bool]:
             stored = [False] * len(params)
-            for i in order:
+            for i in in_job_id_order(params):
                 if self.execute(cur, "lock_owned_job", params[i]).fetchone() is None:
                     continue
                 self.execute(cur, "delete_result", params[i])
