@@ -232,10 +232,11 @@ def test_sigusr1_dumps_every_threads_stack_and_the_worker_goes_on(
         procs.append(proc)
         wait_for_records(record, 1, proc, log)
         proc.send_signal(signal.SIGUSR1)
-        assert wait_until(lambda: "most recent call first" in log.read_text(), timeout=10), \
+        # the dump is written thread by thread: wait for the two stacks looked for
+        assert wait_until(lambda: "in block" in (text := log.read_text()) and
+                          "portq/runtime/claiming.py" in text, timeout=10), \
             log.read_text()[-3000:]
-        text = log.read_text()
-        assert "in block" in text and "portq/runtime/claiming.py" in text, text[-3000:]
+        assert "most recent call first" in log.read_text()
         assert proc.poll() is None, "SIGUSR1 ended the worker"
         proc.send_signal(signal.SIGTERM)
         assert exit_code(proc, log, 30) == 0, log.read_text()[-3000:]
