@@ -286,3 +286,49 @@ def test_a_burst_waiting_for_a_running_handler_backs_off_as_when_idle(
     ``idle_min`` for the whole job."""
     sleeps = burst_sleeps(queue, qname, lambda job: time.sleep(0.6))
     assert max(sleeps) > 0.05, sleeps
+
+
+def test_a_burst_exits_on_its_first_drained_probe_beside_other_loops_empty_claims(
+        queue: portq.Queue, qname: str) -> None:
+    """The other claim loops, woken by the same last write, claim beside the main loop's
+    exit test. A claim of theirs that overlaps the probe and comes back empty holds
+    nothing: the first probe that finds the queues drained ends the burst (it was
+    discarded for any claim begun meanwhile, and the exit came an idle round later)."""
+    from portq.runtime.threaded import ThreadExecutor
+    if queue.backend.capabilities.single_writer:
+        pytest.skip("one claim loop on a single-writer engine (SQLite): nothing overlaps")
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(8)])
+    # a fixed prefetch: the other loops claim whenever slots are free (no look-ahead
+    # needed), so that they claim, slowly, around every probe
+    options = WorkerOptions(concurrency=4, claimers=4, prefetch=4, burst=True, lease=30,
+                            idle_min=0.3, idle_max=0.3, reap_interval=None,
+                            prune_interval=None)
+    runtime = Runtime(queue, [qname], lambda job: None, settle(options, queue.backend),
+                      worker_id="burst-end:2:0")
+    main = threading.current_thread()
+    claim = queue.claim
+
+    def slow_elsewhere(*args: Any, **kwargs: Any) -> list[Job]:
+        if threading.current_thread() is not main:
+            time.sleep(0.05)
+        return claim(*args, **kwargs)
+    probes: list[bool] = []
+    beside: list[bool] = []
+    drained = runtime._drained
+
+    def recorded() -> bool:
+        if not beside:  # the first probe waits for another loop's claim to be on its way
+            deadline = time.monotonic() + 2
+            while not runtime._claiming and time.monotonic() < deadline:
+                time.sleep(0.002)
+            beside.append(runtime._claiming > 0)
+        probes.append(drained())
+        return probes[-1]
+    queue.claim = slow_elsewhere  # type: ignore[method-assign,assignment]
+    runtime._drained = recorded  # type: ignore[method-assign]
+    try:
+        assert runtime.run(ThreadExecutor(4)).succeeded == 8
+    finally:
+        del queue.claim
+    assert beside == [True], "no other loop's claim was on its way beside the first probe"
+    assert probes.count(True) == 1 and probes[-1], probes

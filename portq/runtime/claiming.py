@@ -18,6 +18,8 @@ FUTILE_GIVE_BACKS = 3
 #: them): past a few, claimers only skip each other's locked rows at the head of the ready
 #: index (16 processes of 4 loops each made 23-28% fewer jobs a second than of 1 each)
 CLAIM_LOOP_BUDGET = 16
+#: how often the burst exit test looks whether another loop's claim has come back
+CLAIM_SETTLE_POLL_S = 0.0005
 
 
 class ClaimLoops(Writer):
@@ -104,8 +106,6 @@ class ClaimLoops(Writer):
                 want = min(pacing.share(free, len(turns) - i), self.settings.batch) \
                     if free > 0 and not self._stopping.is_set() else 0
                 self._claiming += want
-                if want > 0:
-                    self._claims_begun += 1
             if want <= 0:
                 break
             claimed += self._claim(name, want)
@@ -172,6 +172,8 @@ class ClaimLoops(Writer):
         with self._lock:
             self.lookahead.claim_took(took)
             self._claiming -= want
+            if jobs:
+                self._claims_found += 1
             for job in jobs:
                 self._inflight[job.id] = job
                 if self._renewed_at:  # a renewal of its previous attempt is not this one's
@@ -211,20 +213,29 @@ class ClaimLoops(Writer):
 
     def _burst_over(self) -> bool:
         """With ``burst``: whether the queues are drained and nothing is held; if so, the
-        other claim loops are stopped in the same step. A claim another loop began while
-        the queues were probed may hold rows the probe skipped as locked, so it counts as
-        not drained (its jobs would otherwise be claimed and given back at the exit)."""
+        other claim loops are stopped in the same step. A claim of another loop that
+        overlapped the probe may hold rows the probe skipped as locked: its outcome is
+        waited for (at most ``idle_min``), and a claim that came back with jobs means not
+        drained (they would otherwise be claimed and given back at the exit). One that
+        came back empty holds nothing: the probe stands (the other loops, woken by the
+        same last write, claim beside it; the exit came a further idle round later)."""
         with self._lock:
-            if self._held_locked():
+            if self._busy or self._acking:
                 return False
-            begun = self._claims_begun
+            found = self._claims_found
         if not self._drained():
             return False
-        with self._lock:
-            if self._claims_begun != begun or self._held_locked():
+        deadline = time.monotonic() + self.settings.idle_min
+        while True:
+            with self._lock:
+                if self._claims_found != found or self._busy or self._acking:
+                    return False
+                if not self._claiming:
+                    self._stopping.set()  # the other claim loops end too, and begin no claim
+                    return True
+            if time.monotonic() >= deadline:
                 return False
-            self._stopping.set()  # the other claim loops end too, and begin no claim
-        return True
+            time.sleep(CLAIM_SETTLE_POLL_S)
 
     def _drained(self) -> bool:
         """The ``burst`` exit test: no job of the queues is ready and due or running

@@ -75,7 +75,7 @@ class Ledger:
         # mean that the outcome committed, so the write's own result decides
         self._writing: dict[int, Job] = {}
         self._claiming = 0  # slots reserved by claims in progress
-        self._claims_begun = 0  # claims begun so far, by every claim loop
+        self._claims_found = 0  # claims so far that came back with jobs, by every loop
         self._running: dict[int, tuple[Job, float | None]] = {}  # started: (job, deadline)
         self._freed: set[int] = set()  # timed-out jobs whose slot was taken back
         # when the last renewal that succeeded was sent, per job (its lease runs from then)
