@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from portq.runtime.pacing import LOOKAHEAD_BOUND_SHARE, LOOKAHEAD_SLOW_CYCLES, RoundRobin
+from portq.runtime.pacing import (
+    LOOKAHEAD_BOUND_SHARE,
+    LOOKAHEAD_SLOW_CYCLES,
+    RoundRobin,
+    claim_batch,
+)
 from portq.worker import LOOKAHEAD_CYCLES, LOOKAHEAD_LEASE_FRACTION, LookAhead, Pacing
 
 
@@ -92,3 +97,17 @@ def test_look_ahead_judges_job_length_by_the_fastest_recent_claim() -> None:
         look.claim_took(0.200)  # the machine is loaded: claims take 200 ms for a while
     starts_per_s = 3 / 0.050
     assert look.size() == int(starts_per_s * 4 * 0.002 * LOOKAHEAD_SLOW_CYCLES) == 1
+
+
+def test_a_single_writer_claims_what_four_claim_loops_would() -> None:
+    """The claim batch when none is given: 20 (or concurrency, when larger); a worker
+    whose one claim loop also writes (SQLite) claims what its 4 loops would elsewhere,
+    within its capacity and 100; a batch given is kept."""
+    assert claim_batch(None, 4, 644) == 20
+    assert claim_batch(None, 40, 680) == 40
+    assert claim_batch(None, 4, 164, one_writing_loop=True) == 80
+    assert claim_batch(None, 2, 162, one_writing_loop=True) == 40
+    assert claim_batch(None, 1, 161, one_writing_loop=True) == 20
+    assert claim_batch(None, 40, 200, one_writing_loop=True) == 100
+    assert claim_batch(None, 4, 50, one_writing_loop=True) == 50
+    assert claim_batch(20, 4, 164, one_writing_loop=True) == 20

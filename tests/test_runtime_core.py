@@ -324,7 +324,7 @@ def test_a_burst_exits_on_its_first_drained_probe_beside_other_loops_empty_claim
             beside.append(runtime._claiming > 0)
         probes.append(drained())
         return probes[-1]
-    queue.claim = slow_elsewhere  # type: ignore[method-assign,assignment]
+    queue.claim = slow_elsewhere  # type: ignore[method-assign]
     runtime._drained = recorded  # type: ignore[method-assign]
     try:
         assert runtime.run(ThreadExecutor(4)).succeeded == 8
@@ -332,3 +332,30 @@ def test_a_burst_exits_on_its_first_drained_probe_beside_other_loops_empty_claim
         del queue.claim
     assert beside == [True], "no other loop's claim was on its way beside the first probe"
     assert probes.count(True) == 1 and probes[-1], probes
+
+
+def test_a_single_writer_worker_claims_a_batch_of_four_loops(
+        queue: portq.Queue, qname: str) -> None:
+    """SQLite's worker (one claim loop, which writes the outcomes too) claims up to 80 jobs
+    at a time with ``concurrency`` 4 and no ``batch``; elsewhere 20 a claim loop."""
+    from portq.worker import Worker
+    single = queue.backend.capabilities.single_writer
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(400)])
+    sizes: list[int] = []
+    claim = queue.claim
+
+    def counted(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = claim(*args, **kwargs)
+        sizes.append(len(jobs))
+        return jobs
+    queue.claim = counted  # type: ignore[method-assign]
+    try:
+        worker = Worker(queue, qname, lambda job: None, concurrency=4, burst=True,
+                        idle_min=0.01, idle_max=0.05, registry_interval=None)
+        assert worker.runtime.claim_batch == (80 if single else 20)
+        assert worker.run().succeeded == 400
+    finally:
+        del queue.claim
+    assert max(sizes) <= worker.runtime.claim_batch, sizes
+    if single:
+        assert max(sizes) > 20, sizes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ from portq.conformance.helpers import (
     running,
     wait_until,
 )
-from portq.job import WorkerInfo
+from portq.job import Job, WorkerInfo
 from portq.runtime.claiming import CLAIM_LOOP_BUDGET
 
 
@@ -80,10 +81,12 @@ def test_a_worker_registers_while_it_runs(queue: portq.Queue, qname: str) -> Non
 
 
 def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
-        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """With as many live workers serving its queue as the claim-loop budget, a worker
     claims from one loop only (many processes of several loops each crowd the head of
-    the ready index); when they are gone it goes back to its own number of loops."""
+    the ready index), as many jobs a claim as its four loops would; when they are gone
+    it goes back to its own number of loops and batch."""
     if queue.backend.capabilities.single_writer:
         not_applicable("a single-writer engine (SQLite) runs one claim loop anyway")
     peers = [f"reg-{uuid.uuid4().hex[:10]}" for _ in range(CLAIM_LOOP_BUDGET - 1)]
@@ -93,11 +96,19 @@ def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
     worker = quiet_worker(queue, qname, lambda job: None, concurrency=4,
                           registry_interval=0.3)
-    assert worker.claimers == 4
+    assert worker.claimers == 4 and worker.runtime.claim_batch == 20
+    sizes: list[int] = []
+    claim = queue.claim
+
+    def claim_counted(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = claim(*args, **kwargs)
+        sizes.append(len(jobs))
+        return jobs
+    monkeypatch.setattr(queue, "claim", claim_counted)
     try:
         with caplog.at_level(logging.DEBUG, logger="portq.worker"), running(worker):
             assert wait_until(lambda: queue.stats(qname)[0].succeeded == total, timeout=60)
-            assert worker.runtime.claim_loops == 1
+            assert worker.runtime.claim_loops == 1 and worker.runtime.claim_batch == 80
             claimed_by = {r.threadName for r in caplog.records
                           if r.getMessage().startswith("job.claimed")}
             # the first loop runs on the thread that runs the worker; the others are
@@ -109,13 +120,16 @@ def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
             assert raw_update(queue, "DELETE FROM portq_worker WHERE worker_id IN (:peers)",
                               {"peers": peers}) is None
             assert wait_until(lambda: worker.runtime.claim_loops == 4, timeout=10)
+            assert worker.runtime.claim_batch == 20
     finally:
         for wid in peers:
             queue.backend.deregister_worker(wid)
     said = [r.getMessage() for r in caplog.records
             if r.getMessage().startswith("worker.claim_loops")]
-    assert said[0].endswith(f"workers={CLAIM_LOOP_BUDGET} claim_loops=1"), said
-    assert said[-1].endswith("workers=1 claim_loops=4"), said
+    # one loop claims what the four would: a batch of 4 x 20 (the capacity allows it)
+    assert said[0].endswith(f"workers={CLAIM_LOOP_BUDGET} claim_loops=1 batch=80"), said
+    assert said[-1].endswith("workers=1 claim_loops=4 batch=20"), said
+    assert max(sizes) > 20, f"no claim took more than the uncrowded batch: {sizes}"
 
 
 def test_portq_workers_and_stats_show_registered_workers(queue: portq.Queue, engine_url: str,

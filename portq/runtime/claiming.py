@@ -83,14 +83,22 @@ class ClaimLoops(Writer):
         """The registry counts ``workers`` live workers (this one included) on this
         worker's busiest queue: run at most :data:`CLAIM_LOOP_BUDGET` / ``workers`` claim
         loops (at least 1), so that many worker processes do not crowd the head of the
-        ready index with claimers. A fixed ``claimers`` option is kept as given."""
-        if self.settings.options.claimers is not None:
+        ready index with claimers, and claim as many jobs per round trip as the full set
+        of loops would (batch x claimers / loops, at most :data:`BATCH_LIMIT` and the
+        capacity): each process makes a share of the jobs a second, and with the batch
+        kept its commits per job grew with the count of processes (16 processes made 109
+        commits per 1,000 jobs where 2 made 65; with the batch grown, 44). A fixed
+        ``claimers`` or ``batch`` option is kept as given."""
+        o, s = self.settings.options, self.settings
+        if o.claimers is not None:
             return
-        loops = max(1, min(self.settings.claimers, CLAIM_LOOP_BUDGET // max(1, workers)))
-        if loops != self.claim_loops:
-            self.log.info("worker.claim_loops worker=%s workers=%d claim_loops=%d",
-                          self.worker_id, workers, loops)
-            self.claim_loops = loops
+        loops = max(1, min(s.claimers, CLAIM_LOOP_BUDGET // max(1, workers)))
+        batch = s.batch if o.batch is not None else \
+            min(BATCH_LIMIT, s.capacity, s.batch * s.claimers // loops)
+        if (loops, batch) != (self.claim_loops, self.claim_batch):
+            self.log.info("worker.claim_loops worker=%s workers=%d claim_loops=%d batch=%d",
+                          self.worker_id, workers, loops, batch)
+            self.claim_loops, self.claim_batch = loops, batch
 
     def _claim_round(self, pacing: Pacing) -> int:
         """One claim from each queue in turn, each for its share of the free slots (which
@@ -103,7 +111,7 @@ class ClaimLoops(Writer):
                 free = self._free_locked()
                 if limited:  # a limit counts held jobs as started: claim for idle slots only
                     free = min(free, self._idle_slots_locked())
-                want = min(pacing.share(free, len(turns) - i), self.settings.batch) \
+                want = min(pacing.share(free, len(turns) - i), self.claim_batch) \
                     if free > 0 and not self._stopping.is_set() else 0
                 self._claiming += want
             if want <= 0:
@@ -142,7 +150,7 @@ class ClaimLoops(Writer):
         """Wait briefly (``gather_seconds``) until a whole batch of slots is free (for a
         single writer: free, or held by outcomes it will write first), so that short jobs
         are claimed in batches rather than one claim per finished job."""
-        want = max(1, min(self.settings.batch, self._capacity_now()))
+        want = max(1, min(self.claim_batch, self._capacity_now()))
         deadline = time.monotonic() + self.gather_seconds
         while not self._stopping.is_set() and \
                 self._free() + self._outcomes_waiting() < want and not self._idle():

@@ -91,9 +91,10 @@ class Ledger:
         self._threads: list[threading.Thread] = []
         self._writers: list[threading.Thread] = []
         self._claim_threads: list[threading.Thread] = []
-        #: claim loops that claim now (of ``settings.claimers``; see
-        #: :meth:`~portq.runtime.claiming.ClaimLoops.workers_serving`)
+        #: claim loops that claim now (of ``settings.claimers``) and the most jobs one
+        #: claim takes now (:meth:`~portq.runtime.claiming.ClaimLoops.workers_serving`)
         self.claim_loops = s.claimers
+        self.claim_batch = s.batch
 
     # ---- what fronts and callers read ---------------------------------------------------
 

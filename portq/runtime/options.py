@@ -139,7 +139,7 @@ def settle(options: WorkerOptions, backend: Backend) -> Settings:
         if o.prefetch is not None else LOOKAHEAD_PER_CLAIMER * claimers
     capacity = concurrency + prefetch
     batch = claim_batch(capacity if o.batch is None and not auto_lookahead else o.batch,
-                        concurrency, capacity)
+                        concurrency, capacity, one_writing_loop=single_writer)
     return Settings(options=o, concurrency=concurrency, lease=lease_ms / 1000,
                     lease_ms=lease_ms, idle_min=float(o.idle_min), idle_max=float(idle_max),
                     grace=float(o.grace), job_timeout=job_timeout,

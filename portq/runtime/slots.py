@@ -93,7 +93,7 @@ class HandlerSlots(Ledger):
             s = self.settings
             capacity = self._capacity_now()
             free = self._free_locked(capacity)
-            batch = min(s.batch, capacity)
+            batch = min(self.claim_batch, capacity)
             wake = (returned and free in (1, batch)) or \
                 (handed and s.single_writer and len(self._acking) in (1, batch))
         if handed:
