@@ -56,6 +56,7 @@ from middleware import FRONTS, middleware_rounds, middleware_section, parse_vari
 import portq
 from portq import bench
 from portq.backends.sqlite import DATA_VERSION_POLL_S
+from portq.runtime.pacing import LOOKAHEAD_PER_CLAIMER, claim_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_VENV = ROOT / "benchmarks" / ".venv-peers"
@@ -91,6 +92,12 @@ PICKUP_TARGETS = (("postgres", 10, "PostgreSQL pickup p99 <= 10 ms (LISTEN/NOTIF
                    "idle_max)", "MariaDB pickup"))
 #: the contenders of the SQLite and MariaDB rounds, in the order they run in each
 ENGINE_ROUNDS = ("raw complete_many", "portq worker")
+#: SQLite's Worker claims more than 20 a claim when no batch is given (its one claim loop
+#: also writes: docs/operations.md, "Claim batch"): its rounds also run that pair at that
+#: batch, the Worker with no batch given (the targets stay on the pair at 20)
+OWN_BATCH = claim_batch(None, 4, 4 + LOOKAHEAD_PER_CLAIMER, one_writing_loop=True)
+OWN_BATCH_ROUNDS = {"sqlite": (f"raw complete_many, batch {OWN_BATCH}",
+                               f"portq worker, no batch given ({OWN_BATCH} a claim)")}
 #: the contenders of every head-to-head round, in the order they run in it
 HEAD_TO_HEAD = ("raw complete", "raw complete_many", "raw complete_claim", "portq worker",
                 "portq async",
@@ -226,14 +233,20 @@ def raw_runs(url: str, jobs: int, workers: list[int],
 def engine_rounds(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
     """The raw `complete_many` loop and the Worker at 4 workers, one after the other in
     each of ``rounds`` rounds: jobs/s per round (the SQLite and MariaDB targets)."""
-    runs: dict[str, list[float]] = {name: [] for name in ENGINE_ROUNDS}
     with portq.connect(url, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         queue.migrate()
+        own = OWN_BATCH_ROUNDS.get(queue.backend.engine, ())
+        runs: dict[str, list[float]] = {name: [] for name in (*ENGINE_ROUNDS, *own)}
         for n in range(rounds):
             log(f"{queue.backend.engine} rounds, round {n + 1} of {rounds}")
             runs["raw complete_many"].append(bench.raw_throughput_run(
                 queue, jobs, 4, 20, "complete_many")["jobs_per_s"])
             runs["portq worker"].append(bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
+            if own:
+                runs[own[0]].append(bench.raw_throughput_run(
+                    queue, jobs, 4, OWN_BATCH, "complete_many")["jobs_per_s"])
+                runs[own[1]].append(
+                    bench.throughput_run(queue, jobs, 4, None)["jobs_per_s"])
     return runs
 
 
@@ -754,7 +767,10 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
         lines += [f"### Rounds: 4 workers, {engine}", "",
                   f"{res['jobs']:,} no-op jobs per run, {count} round{'s' * (count > 1)}, the "
                   "raw loop and the Worker one after the other in each, configured as in the "
-                  "head-to-head table.", "",
+                  "head-to-head table" + (
+                      f"; then the same pair at the batch the Worker takes when none is "
+                      f"given ({OWN_BATCH}: one claim loop, which also writes), not part "
+                      "of the target" if engine in OWN_BATCH_ROUNDS else "") + ".", "",
                   "| contender | median jobs/s | each round |", "|---|---|---|"]
         for name, med in medians(res, engine).items():
             lines.append(f"| {name} | {med:,.0f} | "
