@@ -92,17 +92,13 @@ class Registration:
     # ---- a thread beside the worker (either front) --------------------------------------
 
     def start(self) -> None:
-        """Beat at once, then every ``interval`` seconds, in a daemon thread until
-        :meth:`stop` (the worker claims meanwhile: its first beat's two round trips are
-        not waited for)."""
+        """Beat now, then every ``interval`` seconds in a daemon thread until :meth:`stop`."""
+        self.beat()
         self._thread = threading.Thread(target=self._loop, name="portq-registry",
                                         daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        if self._stop.is_set():
-            return
-        self.beat()
         waits = [b - a for a, b in zip((0.0, *EARLY_BEATS_S), EARLY_BEATS_S, strict=False)
                  if b < self.interval]
         while not self._stop.wait(waits.pop(0) if waits else self.interval):
