@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import claim_sizes, counts
 from portq.job import Job
 from portq.runtime.core import FUTILE_GIVE_BACKS, Runtime
 from portq.runtime.options import WorkerOptions, settle
@@ -341,21 +341,11 @@ def test_a_single_writer_worker_claims_a_batch_of_four_loops(
     from portq.worker import Worker
     single = queue.backend.capabilities.single_writer
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(400)])
-    sizes: list[int] = []
-    claim = queue.claim
-
-    def counted(*args: Any, **kwargs: Any) -> list[Job]:
-        jobs = claim(*args, **kwargs)
-        sizes.append(len(jobs))
-        return jobs
-    queue.claim = counted  # type: ignore[method-assign]
-    try:
-        worker = Worker(queue, qname, lambda job: None, concurrency=4, burst=True,
-                        idle_min=0.01, idle_max=0.05, registry_interval=None)
-        assert worker.runtime.claim_batch == (80 if single else 20)
+    worker = Worker(queue, qname, lambda job: None, concurrency=4, burst=True,
+                    idle_min=0.01, idle_max=0.05, registry_interval=None)
+    assert worker.runtime.claim_batch == (80 if single else 20)
+    with claim_sizes(queue) as sizes:
         assert worker.run().succeeded == 400
-    finally:
-        del queue.claim
     assert max(sizes) <= worker.runtime.claim_batch, sizes
     if single:
         assert max(sizes) > 20, sizes

@@ -177,6 +177,24 @@ class PeakHandler:
             self.active -= 1
 
 
+@contextmanager
+def claim_sizes(queue: portq.Queue) -> Iterator[list[int]]:
+    """How many jobs each ``queue.claim`` made while inside returned (the worker's own
+    claims, through the real backend)."""
+    sizes: list[int] = []
+    claim = queue.claim
+
+    def counted(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = claim(*args, **kwargs)
+        sizes.append(len(jobs))
+        return jobs
+    queue.claim = counted  # type: ignore[method-assign]
+    try:
+        yield sizes
+    finally:
+        del queue.claim
+
+
 def wait_for_succeeded(queue: portq.Queue, names: Sequence[str], n: int,
                        timeout: float) -> tuple[bool, int]:
     """Poll (every 5 ms) until the queues ``names`` hold ``n`` succeeded jobs: whether they

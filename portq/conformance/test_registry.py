@@ -6,20 +6,20 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any
 
 import pytest
 
 import portq
 from portq.conformance.helpers import (
     PeakHandler,
+    claim_sizes,
     not_applicable,
     quiet_worker,
     raw_update,
     running,
     wait_until,
 )
-from portq.job import Job, WorkerInfo
+from portq.job import WorkerInfo
 from portq.runtime.claiming import CLAIM_LOOP_BUDGET
 
 
@@ -81,8 +81,7 @@ def test_a_worker_registers_while_it_runs(queue: portq.Queue, qname: str) -> Non
 
 
 def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
-        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
     """With as many live workers serving its queue as the claim-loop budget, a worker
     claims from one loop only (many processes of several loops each crowd the head of
     the ready index), as many jobs a claim as its four loops would; when they are gone
@@ -97,16 +96,9 @@ def test_workers_crowding_a_queue_share_a_budget_of_claim_loops(
     worker = quiet_worker(queue, qname, lambda job: None, concurrency=4,
                           registry_interval=0.3)
     assert worker.claimers == 4 and worker.runtime.claim_batch == 20
-    sizes: list[int] = []
-    claim = queue.claim
-
-    def claim_counted(*args: Any, **kwargs: Any) -> list[Job]:
-        jobs = claim(*args, **kwargs)
-        sizes.append(len(jobs))
-        return jobs
-    monkeypatch.setattr(queue, "claim", claim_counted)
     try:
-        with caplog.at_level(logging.DEBUG, logger="portq.worker"), running(worker):
+        with caplog.at_level(logging.DEBUG, logger="portq.worker"), \
+                claim_sizes(queue) as sizes, running(worker):
             assert wait_until(lambda: queue.stats(qname)[0].succeeded == total, timeout=60)
             assert worker.runtime.claim_loops == 1 and worker.runtime.claim_batch == 80
             claimed_by = {r.threadName for r in caplog.records
