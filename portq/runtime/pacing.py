@@ -194,8 +194,8 @@ def claim_batch(batch: int | None, concurrency: int, capacity: int,
     :data:`BATCH_LIMIT` (shared by both workers). A worker of ``one_writing_loop`` (a
     single writer: one claim loop, which writes the outcomes too, each of its claims
     taking the database's one write lock) claims what the :data:`AUTO_CLAIMERS` loops of
-    another engine's worker would between them (SQLite, no-op jobs, one process: 30,000
-    jobs/s against 17,300 with one loop's batch)."""
+    another engine's worker would between them (SQLite, no-op jobs, one process, medians
+    of 3 interleaved rounds: 32,680 jobs/s against 21,755 with one loop's batch)."""
     if batch is not None:
         return positive_int(batch, "batch")
     loops = min(concurrency, AUTO_CLAIMERS) if one_writing_loop else 1
