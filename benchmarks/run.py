@@ -24,7 +24,10 @@ them (``sections``) so the next runner knows what a full run costs.
   one statement (`complete_claim`);
 * rounds at 4 workers: on PostgreSQL every contender (raw loops, both portq workers, the
   peers) once per round; on SQLite and MariaDB the raw `complete_many` loop and the Worker
-  once per round; the targets come from those rounds' medians;
+  once per round; the targets come from those rounds' medians; each of portq's runs in
+  them is metered (`portq.bench.cpu`: the CPU of the client's threads, of the database
+  server and of the machine, sampled from /proc), and the doc says what bounded each
+  contender's median round;
 * middleware cost (benchmarks/middleware.py): no-op jobs drained by a burst worker on
   each engine and front with no middleware, an empty chain, one pass-through
   middleware, OpenTelemetry, the metrics' histograms (``--middleware`` picks them; ''
@@ -230,24 +233,35 @@ def raw_runs(url: str, jobs: int, workers: list[int],
                 for complete in forms for w in workers]
 
 
-def engine_rounds(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
+#: jobs/s per round of each contender, and the CPU figures of each of those runs
+#: (:func:`portq.bench.cpu.CpuMeter.figures`)
+Rounds = tuple[dict[str, list[float]], dict[str, list[dict[str, Any]]]]
+
+
+def _record(rounds: Rounds, name: str, row: dict[str, Any]) -> None:
+    """One run of contender ``name``: its jobs/s and its CPU figures."""
+    rounds[0].setdefault(name, []).append(row["jobs_per_s"])
+    rounds[1].setdefault(name, []).append(row["cpu"])
+
+
+def engine_rounds(url: str, jobs: int, rounds: int) -> Rounds:
     """The raw `complete_many` loop and the Worker at 4 workers, one after the other in
-    each of ``rounds`` rounds: jobs/s per round (the SQLite and MariaDB targets)."""
+    each of ``rounds`` rounds: jobs/s and CPU per round (the SQLite and MariaDB
+    targets)."""
     with portq.connect(url, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         queue.migrate()
         own = OWN_BATCH_ROUNDS.get(queue.backend.engine, ())
-        runs: dict[str, list[float]] = {name: [] for name in (*ENGINE_ROUNDS, *own)}
+        out: Rounds = ({name: [] for name in (*ENGINE_ROUNDS, *own)}, {})
         for n in range(rounds):
             log(f"{queue.backend.engine} rounds, round {n + 1} of {rounds}")
-            runs["raw complete_many"].append(bench.raw_throughput_run(
-                queue, jobs, 4, 20, "complete_many")["jobs_per_s"])
-            runs["portq worker"].append(bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
+            _record(out, "raw complete_many", bench.raw_throughput_run(
+                queue, jobs, 4, 20, "complete_many"))
+            _record(out, "portq worker", bench.throughput_run(queue, jobs, 4, 20))
             if own:
-                runs[own[0]].append(bench.raw_throughput_run(
-                    queue, jobs, 4, OWN_BATCH, "complete_many")["jobs_per_s"])
-                runs[own[1]].append(
-                    bench.throughput_run(queue, jobs, 4, None)["jobs_per_s"])
-    return runs
+                _record(out, own[0], bench.raw_throughput_run(
+                    queue, jobs, 4, OWN_BATCH, "complete_many"))
+                _record(out, own[1], bench.throughput_run(queue, jobs, 4, None))
+    return out
 
 
 def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str, Any]]:
@@ -262,11 +276,13 @@ def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str,
     return rows
 
 
-def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[float]]:
+def head_to_head(jobs: int, rounds: int, python: Path | None) -> Rounds:
     """The targets' contenders at 4 workers on PostgreSQL, run one after another in each of
-    ``rounds`` rounds, so that every contender sees the same machine: jobs/s per round."""
-    runs: dict[str, list[float]] = {name: [] for name in HEAD_TO_HEAD
-                                    if python is not None or name not in PEERS}
+    ``rounds`` rounds, so that every contender sees the same machine: jobs/s per round,
+    and portq's CPU per round (the peers run in processes of their own: none)."""
+    out: Rounds = ({name: [] for name in HEAD_TO_HEAD
+                    if python is not None or name not in PEERS}, {})
+    runs = out[0]
     with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         bench.drop_tables(queue.backend)
         queue.migrate()
@@ -274,12 +290,11 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
             for n in range(rounds):
                 log(f"head to head, round {n + 1} of {rounds}")
                 for complete in bench.raw_completes(queue.backend):
-                    runs[f"raw {complete}"].append(bench.raw_throughput_run(
-                        queue, jobs, 4, 20, complete)["jobs_per_s"])
-                runs["portq worker"].append(
-                    bench.throughput_run(queue, jobs, 4, 20)["jobs_per_s"])
-                runs["portq async"].append(
-                    bench.async_throughput_run(queue, PG_URL, jobs, 4, 20)["jobs_per_s"])
+                    _record(out, f"raw {complete}", bench.raw_throughput_run(
+                        queue, jobs, 4, 20, complete))
+                _record(out, "portq worker", bench.throughput_run(queue, jobs, 4, 20))
+                _record(out, "portq async",
+                        bench.async_throughput_run(queue, PG_URL, jobs, 4, 20))
                 for peer in PEERS if python is not None else ():
                     interpreter = python_for(peer, python) if python is not None else None
                     if interpreter is None:
@@ -291,7 +306,7 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> dict[str, list[
                         log(f"{peer} round {n + 1} not run: {row.get('error')}")
         finally:
             bench.drop_tables(queue.backend)
-    return runs
+    return out
 
 
 #: the I/O-bound workload: slots of one worker process, and how long each job waits
@@ -307,7 +322,8 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
     job waiting :data:`IO_JOB_MS`: ideal slots / job time), portq's two fronts and
     pgqueuer (one QueueManager with as many concurrent tasks) one after another in each
     of ``rounds`` rounds; jobs/s per round, and the load average before and after."""
-    runs: dict[str, list[float]] = {"portq worker": [], "portq async": []}
+    out: Rounds = ({"portq worker": [], "portq async": []}, {})
+    runs = out[0]
     if python is not None:
         runs["pgqueuer"] = []
     wide: dict[str, list[float]] = {"io": [], "noop": []}
@@ -318,10 +334,10 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
         try:
             for n in range(rounds):
                 log(f"I/O-bound workload, round {n + 1} of {rounds}")
-                runs["portq worker"].append(bench.throughput_run(
-                    queue, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS)["jobs_per_s"])
-                runs["portq async"].append(bench.async_throughput_run(
-                    queue, PG_URL, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS)["jobs_per_s"])
+                _record(out, "portq worker", bench.throughput_run(
+                    queue, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS))
+                _record(out, "portq async", bench.async_throughput_run(
+                    queue, PG_URL, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS))
                 wide["io"].append(bench.async_throughput_run(
                     queue, PG_URL, jobs * IO_WIDE_SLOTS // IO_SLOTS, IO_WIDE_SLOTS, None,
                     job_ms=IO_JOB_MS)["jobs_per_s"])
@@ -334,7 +350,8 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
                          "--jobs", str(jobs), "--io-slots", str(IO_SLOTS),
                          "--job-ms", str(IO_JOB_MS)],
                         capture_output=True, text=True, timeout=1800)
-                    row = json.loads(proc.stdout.strip().splitlines()[-1])[0] \
+                    row: dict[str, Any] = \
+                        json.loads(proc.stdout.strip().splitlines()[-1])[0] \
                         if proc.returncode == 0 else {"error": proc.stderr[-500:]}
                     if "jobs_per_s" in row:
                         runs["pgqueuer"].append(row["jobs_per_s"])
@@ -344,7 +361,7 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
         finally:
             bench.drop_tables(queue.backend)
     return {"slots": IO_SLOTS, "job_ms": IO_JOB_MS, "jobs": jobs,
-            "ideal": IO_SLOTS * 1000 / IO_JOB_MS, "runs": runs, "loadavg": load,
+            "ideal": IO_SLOTS * 1000 / IO_JOB_MS, "runs": runs, "cpu": out[1], "loadavg": load,
             "wide": {"slots": IO_WIDE_SLOTS, "jobs": jobs * IO_WIDE_SLOTS // IO_SLOTS,
                      "ideal": IO_WIDE_SLOTS * 1000 / IO_JOB_MS, **wide}}
 
@@ -466,7 +483,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     workers = [int(w) for w in args.workers.split(",")]
     out: dict[str, Any] = {"machine": bench.machine(), "jobs": args.jobs, "workers": workers,
                            "engines": {}, "raw": [], "peers": [], "growth": {},
-                           "engine_rounds": {},
+                           "engine_rounds": {}, "engine_rounds_cpu": {},
                            "processes": {}, "notes": [], "loadavg_start": os.getloadavg()}
     section = Sections()
     log(f"estimated wall time of this run: ~{estimate(args) / 60:.0f} min")
@@ -488,8 +505,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     for engine in [e for e in engines if e != "postgres"] if args.rounds else ():
         with section(f"rounds on {engine}"):
             try:
-                out["engine_rounds"][engine] = engine_rounds(urls[engine], args.jobs,
-                                                             args.rounds)
+                out["engine_rounds"][engine], out["engine_rounds_cpu"][engine] = \
+                    engine_rounds(urls[engine], args.jobs, args.rounds)
             except Exception as exc:  # noqa: BLE001 - report it as not run, go on
                 out["notes"].append(f"rounds on {engine} not run: {type(exc).__name__}: {exc}")
                 log(out["notes"][-1])
@@ -508,7 +525,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 log(out["notes"][-1])
     if "postgres" in engines and args.rounds:
         with section("head to head"):
-            out["head_to_head"] = head_to_head(args.jobs, args.rounds, python)
+            out["head_to_head"], out["head_to_head_cpu"] = head_to_head(args.jobs, args.rounds,
+                                                                        python)
     if args.pickup:
         with section("pickup latency"):
             out["pickup"] = pickup_runs(engines, urls, python)
@@ -678,6 +696,56 @@ def verdict(r: dict[str, Any]) -> str:
     return f"In this run portq {' and '.join(parts)}."
 
 
+def _median_round(rates: list[float]) -> int:
+    """The index of the round whose jobs/s is the median (the lower of the middle two)."""
+    return sorted(range(len(rates)), key=lambda i: rates[i])[(len(rates) - 1) // 2]
+
+
+def cpu_section(res: dict[str, Any]) -> list[str]:
+    """What bounded each of portq's contenders in its median round, from the CPU meter
+    (:mod:`portq.bench.cpu`): a table per set of rounds."""
+    sets = [("PostgreSQL, head to head", res.get("head_to_head", {}),
+             res.get("head_to_head_cpu", {}))]
+    sets += [(f"{engine}, rounds", res["engine_rounds"].get(engine, {}), cpu)
+             for engine, cpu in res.get("engine_rounds_cpu", {}).items()]
+    io = res.get("io") or {}
+    sets.append(("PostgreSQL, I/O-bound jobs", io.get("runs", {}), io.get("cpu", {})))
+    lines = ["### What bounded each run", "",
+             "Each contender's round with the median jobs/s, as sampled every "
+             f"{bench.METER_SAMPLE_S * 1000:.0f} ms from /proc while it ran: the CPU of the "
+             "client (the benchmark's process: the Worker, or the raw loop's threads) and of "
+             "the database server per job; the share of one core the client used and its "
+             "busiest thread's; how busy the machine's cores were. The bound: a machine "
+             f"at least {bench.CPU_BOUND_PCT:.0f}% busy is CPU-bound (by whichever of client "
+             f"and server used more); else a client using at least {bench.CORE_BOUND_PCT:.0f}% "
+             "of one core is bound by that core (Python runs one thread at a time, SQLite "
+             "writes one at a time); else the run waited (round trips, commits, locks). CPU "
+             "times are counted in 10 ms ticks: a run under a second is a few ticks per "
+             "thread.", "",
+             "| rounds | contender | jobs/s | client µs/job | server µs/job | client, % of a "
+             "core | busiest thread, % of a core | machine busy | bound |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    shown = False
+    for title, runs, cpu in sets:
+        for name, figures in cpu.items():
+            rates = runs.get(name, [])
+            if not figures or len(figures) != len(rates):
+                continue
+            i = _median_round(rates)
+            f = figures[i]
+
+            def num(key: str, unit: str = "", f: dict[str, Any] = f) -> str:
+                value = f.get(key)
+                return "-" if value is None else f"{value:,.0f}{unit}"
+            lines.append(f"| {title} | {name} | {rates[i]:,.0f} | "
+                         f"{num('client_cpu_us_per_job')} | {num('server_cpu_us_per_job')} | "
+                         f"{num('client_core_pct', '%')} | {f.get('busiest_thread') or '-'} "
+                         f"{num('busiest_thread_pct', '%')} | {num('machine_busy_pct', '%')} "
+                         f"| {f.get('bound', '-')} |")
+            shown = True
+    return [*lines, ""] if shown else []
+
+
 def bound_sentence(engine: str, rows: list[dict[str, Any]]) -> str:
     """What bounded the worker processes on ``engine`` at its largest process count
     (:func:`portq.bench.process_bound`'s rule), and how far that count is from the best."""
@@ -776,6 +844,7 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
             lines.append(f"| {name} | {med:,.0f} | "
                          f"{', '.join(f'{x:,.0f}' for x in rounds_of[name])} |")
         lines.append("")
+    lines += cpu_section(res)
 
     lines += ["## Claim latency vs table size", "",
               f"The backend's own claim of {bench.CLAIM_LIMIT} jobs from one of "

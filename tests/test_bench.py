@@ -117,6 +117,10 @@ def test_raw_throughput_run_completes_every_job_in_each_form(engine_url: str) ->
                 r = bench.raw_throughput_run(queue, 130, 3, 20, form)
                 assert (r["engine"], r["complete"], r["succeeded"]) == (engine, form, 130)
                 assert r["retries"] >= 0 and r["jobs_per_s"] > 0
+                # the CPU meter's figures: the client's CPU is read from the process (µs
+                # resolution), the server's only where the engine has a server process
+                assert r["cpu"]["client_cpu_us_per_job"] > 0
+                assert (r["cpu"]["server_cpu_us_per_job"] is None) == (engine == "sqlite")
             # every run's jobs were completed, then pruned: nothing ready, running or kept
             assert [(s.ready, s.running, s.succeeded, s.dead) for s in queue.stats()
                     if s.queue.startswith("bench-raw-")] in ([], [(0, 0, 0, 0)] * len(forms))
@@ -229,3 +233,76 @@ def test_run_py_middleware_only_rewrites_its_section_alone(tmp_path: Path) -> No
     bad = subprocess.run([*command, "--middleware", "none,fast"], capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode != 0 and "unknown variant fast" in bad.stderr
+
+
+def test_cpu_meter_names_the_thread_that_used_the_cpu() -> None:
+    """A thread that spins through the metered span is the busiest, with most of its CPU
+    counted; one that only sleeps through it is counted with next to none; the meter's
+    own sampling thread is left out of the client's figures."""
+    import threading
+    import time
+
+    def spin(until: float) -> None:
+        while time.perf_counter() < until:
+            pass
+
+    with bench.CpuMeter(()) as meter:
+        until = time.perf_counter() + 0.4
+        spinner = threading.Thread(target=spin, args=(until,), name="test-spinner")
+        sleeper = threading.Thread(target=time.sleep, args=(0.4,), name="test-sleeper")
+        spinner.start()
+        sleeper.start()
+        spinner.join()
+        sleeper.join()
+    f = meter.figures(1000)
+    assert f["busiest_thread"] == "test-spinner"
+    assert f["busiest_thread_pct"] >= 25  # of one core, even on a loaded machine
+    assert f["client_cpu_us_per_job"] >= 0.25 * 0.4 * 1e6 / 1000
+    assert f["server_cpu_us_per_job"] is None  # no server process named
+    assert f["bound"] == bench.cpu_bound(f)
+
+
+@pytest.mark.parametrize(("figures", "bound"), [
+    ({"machine_busy_pct": 97.0, "client_cpu_us_per_job": 40.0,
+      "server_cpu_us_per_job": 60.0, "client_core_pct": 60.0}, "CPU (server)"),
+    ({"machine_busy_pct": 90.0, "client_cpu_us_per_job": 70.0,
+      "server_cpu_us_per_job": 60.0, "client_core_pct": 99.0}, "CPU (client)"),
+    ({"machine_busy_pct": 55.0, "client_cpu_us_per_job": 54.0,
+      "server_cpu_us_per_job": None, "client_core_pct": 109.0}, "one core (client)"),
+    ({"machine_busy_pct": 80.0, "client_cpu_us_per_job": 38.0,
+      "server_cpu_us_per_job": 46.0, "client_core_pct": 66.0},
+     "waits (round trips, commits, locks)"),
+])
+def test_cpu_bound_names_what_bounded_a_run(figures: dict[str, float | None],
+                                            bound: str) -> None:
+    assert bench.cpu_bound(figures) == bound
+
+
+@pytest.mark.slow
+def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
+    """`benchmarks/run.py` on SQLite alone (tiny sizes, two rounds): every round of the
+    raw loop and the Worker carries the CPU meter's figures in the results JSON, and the
+    doc's table "What bounded each run" has a row per contender with its bound."""
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    results, doc = tmp_path / "latest.json", tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    subprocess.run([sys.executable, str(root / "benchmarks" / "run.py"), "--engines", "sqlite",
+                    "--jobs", "300", "--workers", "4", "--rounds", "2", "--skip-peers",
+                    "--no-pickup", "--no-io", "--no-growth", "--processes", "",
+                    "--middleware", "", "--results", str(results), "--doc", str(doc)],
+                   check=True, capture_output=True, timeout=600)
+    res = json.loads(results.read_text())
+    rounds, cpu = res["engine_rounds"]["sqlite"], res["engine_rounds_cpu"]["sqlite"]
+    assert set(cpu) == set(rounds) and len(rounds["portq worker"]) == 2
+    for figures in (f for runs in cpu.values() for f in runs):
+        assert figures["client_cpu_us_per_job"] > 0 and figures["server_cpu_us_per_job"] is None
+        assert figures["bound"] == bench.cpu_bound(figures)
+    text = doc.read_text()
+    table = text[text.index("### What bounded each run"):text.index("## Claim latency")]
+    rows = [line for line in table.splitlines() if line.startswith("| sqlite, rounds |")]
+    assert [row.split(" | ")[1] for row in rows] == list(rounds)
+    assert all(row.rstrip(" |").rsplit("| ", 1)[1] in (
+        "one core (client)", "CPU (client)", "waits (round trips, commits, locks)")
+        for row in rows)

@@ -34,6 +34,14 @@ from portq.bench.claims import (
                                 claim_latency,
                                 time_claim,
 )
+from portq.bench.cpu import (
+                                CORE_BOUND_PCT,
+                                CPU_BOUND_PCT,
+                                METER_SAMPLE_S,
+                                CpuMeter,
+                                cpu_bound,
+                                meter,
+)
 from portq.bench.flow import (
                                 BULK_CHUNK,
                                 DEFAULT_BATCHES,
@@ -84,14 +92,15 @@ from portq.bench.table import (
 )
 
 __all__ = [
-    "BENCH_PREFIX", "BULK_CHUNK", "CLAIM_LIMIT", "DEFAULT_BATCHES", "DEFAULT_JOBS",
-    "DEFAULT_MODES", "DEFAULT_SCENARIOS", "DEFAULT_SIZES", "DEFAULT_WORKERS", "FILL_CHUNK",
-    "GROWTH_READY", "GROWTH_ROWS", "KEYED_JOBS", "KEYS", "LIMITED_MAX_RUNNING", "MODES",
-    "PICKUP_AFTER_QUIET", "PICKUP_GAP_S", "PICKUP_JOBS", "PICKUP_QUIET_S", "PLANNED_ENGINES",
-    "QUEUE_COUNT", "RAW_COMPLETES", "RUN_OPTIONS", "SAMPLE_S", "SCENARIOS", "ClaimPlan",
-    "analyze_table", "as_json", "async_throughput_run", "bulk_enqueue", "claim_latency",
-    "claim_params", "clear_queue", "complete_claim_sql", "db_clock", "drop_tables", "enqueue_rates",
-    "explain_claim", "fill_jobs", "growth", "machine", "mode_options", "parse_sizes",
+    "BENCH_PREFIX", "BULK_CHUNK", "CLAIM_LIMIT", "CORE_BOUND_PCT", "CPU_BOUND_PCT",
+    "DEFAULT_BATCHES", "DEFAULT_JOBS", "DEFAULT_MODES", "DEFAULT_SCENARIOS", "DEFAULT_SIZES",
+    "DEFAULT_WORKERS", "FILL_CHUNK", "GROWTH_READY", "GROWTH_ROWS", "KEYED_JOBS", "KEYS",
+    "LIMITED_MAX_RUNNING", "METER_SAMPLE_S", "MODES", "PICKUP_AFTER_QUIET", "PICKUP_GAP_S",
+    "PICKUP_JOBS", "PICKUP_QUIET_S", "PLANNED_ENGINES", "QUEUE_COUNT", "RAW_COMPLETES",
+    "RUN_OPTIONS", "SAMPLE_S", "SCENARIOS", "ClaimPlan", "CpuMeter", "analyze_table", "as_json",
+    "async_throughput_run", "bulk_enqueue", "claim_latency", "claim_params", "clear_queue",
+    "complete_claim_sql", "cpu_bound", "db_clock", "drop_tables", "enqueue_rates",
+    "explain_claim", "fill_jobs", "growth", "machine", "meter", "mode_options", "parse_sizes",
     "percentile", "pickup", "process_bound", "processes_run", "processes_sweep",
     "raw_completes", "raw_throughput_run", "run", "server_version", "settle", "throughput",
     "throughput_run", "time_claim"]

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from portq.bench.cpu import meter
 from portq.bench.table import Progress, settle
 from portq.errors import ConfigurationError
 from portq.job import Job
@@ -88,7 +89,7 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
     ``runs``."""
     options = mode_options(mode, batch or 0, workers)
     handler = noop if not job_ms else functools.partial(_sleep, job_ms / 1000)
-    runs: list[tuple[float, int, float]] = []
+    runs: list[tuple[float, int, float, dict[str, Any]]] = []
     for _ in range(repeat):
         settle(queue.backend)
         name = f"bench-tp-{uuid.uuid4().hex[:8]}"
@@ -96,21 +97,22 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
         worker = Worker(queue, name, handler, concurrency=workers, batch=batch,
                         **RUN_OPTIONS, **options)
         thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
-        started = time.perf_counter()
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.2)
-            if progress:
-                progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
-        elapsed = time.perf_counter() - started
+        with meter(queue.backend.engine) as cpu:
+            started = time.perf_counter()
+            thread.start()
+            while thread.is_alive():
+                thread.join(0.2)
+                if progress:
+                    progress(worker.counters.succeeded, jobs, time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
         done = worker.counters.succeeded
         clear_queue(queue, name, jobs + 1)
-        runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
-    rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
+        runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed, cpu.figures(done)))
+    rate, done, elapsed, figures = sorted(runs, key=lambda r: r[0])[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
             **options, "jobs": jobs, "job_ms": job_ms, "succeeded": done,
             "seconds": round(elapsed, 4), "jobs_per_s": round(rate, 1),
-            "runs": [round(r[0], 1) for r in runs]}
+            "runs": [round(r[0], 1) for r in runs], "cpu": figures}
 
 
 async def _async_noop(job: Job) -> None:
@@ -131,10 +133,10 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
 
     handler = _async_noop if not job_ms else functools.partial(_async_sleep, job_ms / 1000)
 
-    async def go() -> list[tuple[float, int, float]]:
+    async def go() -> list[tuple[float, int, float, dict[str, Any]]]:
         aq = await portq.aio.connect(url, prefix=queue.backend.prefix,
                                      pool_size=queue.backend.pool.max_size)
-        runs: list[tuple[float, int, float]] = []
+        runs: list[tuple[float, int, float, dict[str, Any]]] = []
         try:
             for _ in range(repeat):
                 settle(queue.backend)
@@ -143,28 +145,30 @@ def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch:
                 worker = portq.aio.AsyncWorker(aq, name, handler, concurrency=workers,
                                                batch=batch, registry_interval=None,
                                                **RUN_OPTIONS)
-                started = time.perf_counter()
-                task = asyncio.create_task(worker.run())
-                while not task.done():
-                    await asyncio.wait({task}, timeout=0.2)
-                    if progress:
-                        progress(worker.counters.succeeded, jobs,
-                                 time.perf_counter() - started)
-                task.result()
-                elapsed = time.perf_counter() - started
+                with meter(queue.backend.engine) as cpu:
+                    started = time.perf_counter()
+                    task = asyncio.create_task(worker.run())
+                    while not task.done():
+                        await asyncio.wait({task}, timeout=0.2)
+                        if progress:
+                            progress(worker.counters.succeeded, jobs,
+                                     time.perf_counter() - started)
+                    task.result()
+                    elapsed = time.perf_counter() - started
                 done = worker.counters.succeeded
                 clear_queue(queue, name, jobs + 1)
-                runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed))
+                runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed,
+                             cpu.figures(done)))
         finally:
             await aq.close()
         return runs
 
     runs = asyncio.run(go())
-    rate, done, elapsed = sorted(runs)[(len(runs) - 1) // 2]
+    rate, done, elapsed, figures = sorted(runs, key=lambda r: r[0])[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": "async", "workers": workers,
             "batch": batch, "jobs": jobs, "job_ms": job_ms, "succeeded": done,
             "seconds": round(elapsed, 4), "jobs_per_s": round(rate, 1),
-            "runs": [round(r[0], 1) for r in runs]}
+            "runs": [round(r[0], 1) for r in runs], "cpu": figures}
 
 
 def throughput(queue: Queue, jobs: int = DEFAULT_JOBS,

@@ -17,6 +17,7 @@ from typing import Any
 import portq
 from portq.backends.base import SqlBackend
 from portq.bench.claims import claim_latency
+from portq.bench.cpu import cpu_seconds, machine_busy, pids_named
 from portq.bench.flow import DEFAULT_JOBS, bulk_enqueue, clear_queue, noop, throughput_run
 from portq.bench.raw import raw_throughput_run
 from portq.bench.table import (
@@ -72,41 +73,6 @@ def growth(url: str, rows: int = GROWTH_ROWS, ready: int = GROWTH_READY, *,
 
 #: the database server's process names, whose CPU :func:`processes_run` samples
 SAMPLE_S = 0.25
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` from /proc (None: gone, or not Linux)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _pids_named(names: Sequence[str]) -> list[int]:
-    """The pids whose command name is one of ``names`` (Linux /proc; [] elsewhere)."""
-    pids = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
-                    if f.read().strip() in names:
-                        pids.append(int(entry))
-            except OSError:
-                continue
-    return pids
-
-
-def _machine_busy() -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of every core since boot, from /proc/stat."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            ticks = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
-        return None
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 class _RetryCounter(logging.Handler):
@@ -197,11 +163,11 @@ def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: 
     server_names = engine_record(backend.engine).server_processes
     start.wait(timeout=120)
     began, db_began = time.time(), db_clock(backend)
-    busy0 = _machine_busy()
+    busy0 = machine_busy()
     stats0 = server_stats(backend)
     server: dict[int, list[float]] = {}  # pid -> [cpu at start (0: started later), last]
-    for pid in _pids_named(server_names):
-        cpu = _cpu_seconds(pid)
+    for pid in pids_named(server_names):
+        cpu = cpu_seconds(pid)
         if cpu is not None:
             server[pid] = [cpu, cpu]
     waits: dict[str, int] = {}
@@ -214,15 +180,15 @@ def _time_processes(backend: SqlBackend, procs: list[Any], start: Any, results: 
         except queue_module.Empty:  # sample, and wait on
             if not any(p.is_alive() for p in procs):
                 break
-        for pid in _pids_named(server_names):
-            cpu = _cpu_seconds(pid)
+        for pid in pids_named(server_names):
+            cpu = cpu_seconds(pid)
             if cpu is not None:
                 server.setdefault(pid, [0.0, cpu])[1] = cpu
         for kind, n in waits_of(backend):
             waits[kind] = waits.get(kind, 0) + n
         peak = max(peak, connections(backend) or 0)
     ended = max((r["ended"] for r in rows), default=time.time())
-    busy1, stats1 = _machine_busy(), server_stats(backend)
+    busy1, stats1 = machine_busy(), server_stats(backend)
     last = db_clock(backend, name)
     # the clock stops at the last completion (the database's finished_at), not at the
     # processes' exit, which a burst worker delays by up to one idle poll

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from portq.backends.base import GENERATION_COLUMN, ErrorKind, SqlBackend
+from portq.bench.cpu import meter
 from portq.bench.flow import bulk_enqueue, clear_queue
 from portq.bench.table import (
     T,
@@ -157,12 +158,13 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
 
     threads = [threading.Thread(target=run, args=(loop,), name=f"portq-bench-raw-{i}")
                for i, loop in enumerate(loops)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    with meter(backend.engine) as cpu:
+        started = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - started
     clear_queue(queue, name, jobs + 1)
     if errors:
         raise errors[0]
@@ -170,4 +172,5 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     return {"engine": backend.engine, "complete": complete, "workers": workers,
             "batch": batch, "jobs": jobs, "succeeded": done,
             "retries": sum(loop.retries for loop in loops),
-            "seconds": round(elapsed, 4), "jobs_per_s": round(done / elapsed, 1)}
+            "seconds": round(elapsed, 4), "jobs_per_s": round(done / elapsed, 1),
+            "cpu": cpu.figures(done)}

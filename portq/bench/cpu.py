@@ -1,0 +1,177 @@
+"""CPU accounting for the benchmark's runs (Linux /proc; empty figures elsewhere): the
+threads of this process, the database server's processes and the whole machine, sampled
+while a run lasts, so that a result can say what bounded it: the CPU of the client or of
+the server (a busy machine), one thread of the client (a thread busy all the run: a
+serial loop, or Python's GIL), or neither (the run waited: round trips, commits, locks).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from portq.engines import engine as engine_record
+
+#: how often a :class:`CpuMeter` samples (a thread or a server process that ends between
+#: two samples loses at most this much of its CPU from the figures)
+METER_SAMPLE_S = 0.05
+#: a run whose machine was at least this busy (% of every core) was CPU-bound
+CPU_BOUND_PCT = 85.0
+#: a run whose client used at least this much of one core was bound by that core
+CORE_BOUND_PCT = 85.0
+_METER_THREAD = "portq-bench-cpu-meter"
+
+
+def cpu_seconds(pid: int, thread: int | None = None) -> float | None:
+    """User + system CPU seconds of process ``pid`` (or of its thread ``thread``) from
+    /proc (None: gone, or not Linux)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    try:
+        with open(path, encoding="ascii") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pids_named(names: Sequence[str]) -> list[int]:
+    """The pids whose command name is one of ``names`` (Linux /proc; [] elsewhere)."""
+    pids = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") and names else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
+                    if f.read().strip() in names:
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def machine_busy() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of every core since boot, from /proc/stat."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK"), sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def meter(engine: str) -> CpuMeter:
+    """A :class:`CpuMeter` of ``engine``'s server processes (none: SQLite, in-process)."""
+    return CpuMeter(engine_record(engine).server_processes)
+
+
+class CpuMeter:
+    """Samples, every :data:`METER_SAMPLE_S` from ``with`` to its end, the CPU of this
+    process's threads (by name) and of the processes named ``server_names``; then
+    :meth:`figures` gives them per job. A process or thread that began during the run
+    counts from its start."""
+
+    def __init__(self, server_names: Sequence[str]) -> None:
+        self.server_names = tuple(server_names)
+        self._threads: dict[int, list[Any]] = {}  # tid -> [name, cpu at start, last]
+        self._server: dict[int, list[float]] = {}  # pid -> [cpu at start, last]
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._began = self._process = 0.0
+        self._wall = self._cpu = 0.0
+        self._busy: tuple[float, float] | None = None
+
+    def _sample(self, first: bool = False) -> None:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        me = os.getpid()
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{me}/task")]
+        except OSError:
+            tids = []
+        for tid in tids:
+            cpu = cpu_seconds(me, tid)
+            if cpu is None:
+                continue
+            entry = self._threads.get(tid)
+            if entry is None:
+                self._threads[tid] = [names.get(tid, f"thread {tid}"), cpu if first else 0.0,
+                                      cpu]
+            else:
+                entry[2] = cpu
+        for pid in pids_named(self.server_names):
+            cpu = cpu_seconds(pid)
+            if cpu is not None:
+                self._server.setdefault(pid, [cpu if first else 0.0, cpu])[1] = cpu
+
+    def _run(self) -> None:
+        while not self._stop.wait(METER_SAMPLE_S):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._busy = machine_busy()
+        self._sample(first=True)
+        self._began, self._process = time.perf_counter(), time.process_time()
+        self._sampler = threading.Thread(target=self._run, name=_METER_THREAD, daemon=True)
+        self._sampler.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._wall = time.perf_counter() - self._began
+        self._cpu = time.process_time() - self._process
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join()
+        self._sample()
+        busy = machine_busy()
+        if self._busy is not None and busy is not None and busy[1] > self._busy[1]:
+            self._busy = (busy[0] - self._busy[0], busy[1] - self._busy[1])
+        else:
+            self._busy = None
+
+    def figures(self, jobs: int) -> dict[str, Any]:
+        """Per job of ``jobs`` (µs): the client's CPU (this process but the meter) and the
+        server's; the machine's busy share (% of every core); the share of one core the
+        client used over the run, and its busiest thread's; and :func:`cpu_bound`'s
+        verdict."""
+        used: dict[str, float] = {}
+        meter = 0.0
+        for name, first, last in self._threads.values():
+            if name == _METER_THREAD:
+                meter += last - first
+            else:
+                used[name] = used.get(name, 0.0) + last - first
+        busiest = max(used.items(), key=lambda kv: kv[1], default=("", 0.0))
+        wall = self._wall or 1e-9
+        out: dict[str, Any] = {
+            "client_cpu_us_per_job": round(1e6 * max(0.0, self._cpu - meter) / jobs, 1)
+            if jobs else None,
+            "server_cpu_us_per_job": round(1e6 * sum(last - first for first, last in
+                                                     self._server.values()) / jobs, 1)
+            if jobs and self.server_names else None,
+            "machine_busy_pct": round(100 * self._busy[0] / self._busy[1], 1)
+            if self._busy else None,
+            "client_core_pct": round(100 * max(0.0, self._cpu - meter) / wall, 1),
+            "busiest_thread": busiest[0] if busiest[1] > 0 else None,
+            "busiest_thread_pct": round(100 * busiest[1] / wall, 1)}
+        out["bound"] = cpu_bound(out)
+        return out
+
+
+def cpu_bound(f: dict[str, Any]) -> str:
+    """What bounded a metered run, in a few words: a machine at least
+    :data:`CPU_BOUND_PCT` busy was CPU-bound, by whichever of the client and the server
+    used more; else a client that used :data:`CORE_BOUND_PCT` of one core was bound by one
+    core (Python runs one thread at a time; SQLite writes one at a time); else it waited
+    (round trips, commits, locks)."""
+    busy, client, server = f.get("machine_busy_pct"), f.get("client_cpu_us_per_job"), \
+        f.get("server_cpu_us_per_job")
+    if busy is not None and busy >= CPU_BOUND_PCT:
+        return "CPU (server)" if server is not None and client is not None and \
+            server > client else "CPU (client)"
+    if f.get("client_core_pct", 0.0) >= CORE_BOUND_PCT:
+        return "one core (client)"
+    return "waits (round trips, commits, locks)"
