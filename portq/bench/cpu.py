@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -38,17 +38,20 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def pids_named(names: Sequence[str]) -> list[int]:
-    """The pids whose command name is one of ``names`` (Linux /proc; [] elsewhere)."""
+def pids_named(names: Sequence[str], among: Iterable[int] | None = None) -> list[int]:
+    """The pids (of ``among``, default every process) whose command name is one of
+    ``names`` (Linux /proc; [] elsewhere)."""
+    if among is None:
+        among = [int(e) for e in os.listdir("/proc")
+                 if e.isdigit()] if os.path.isdir("/proc") and names else []
     pids = []
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") and names else ():
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
-                    if f.read().strip() in names:
-                        pids.append(int(entry))
-            except OSError:
-                continue
+    for pid in among:
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+                if f.read().strip() in names:
+                    pids.append(pid)
+        except OSError:
+            continue
     return pids
 
 
@@ -78,6 +81,7 @@ class CpuMeter:
         self.server_names = tuple(server_names)
         self._threads: dict[int, list[Any]] = {}  # tid -> [name, cpu at start, last]
         self._server: dict[int, list[float]] = {}  # pid -> [cpu at start, last]
+        self._named: dict[int, bool] = {}  # pid -> whether it is a server process
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._began = self._process = 0.0
@@ -101,10 +105,25 @@ class CpuMeter:
                                       cpu]
             else:
                 entry[2] = cpu
-        for pid in pids_named(self.server_names):
+        for pid in self._server_pids():
             cpu = cpu_seconds(pid)
             if cpu is not None:
                 self._server.setdefault(pid, [cpu if first else 0.0, cpu])[1] = cpu
+
+    def _server_pids(self) -> list[int]:
+        """The pids of the server's processes now: each new pid's name is read once (a
+        full scan of every process's name each sample would cost the run CPU)."""
+        if not self.server_names:
+            return []
+        try:
+            live = {int(e) for e in os.listdir("/proc") if e.isdigit()}
+        except OSError:
+            return []
+        for pid in live - self._named.keys():
+            self._named[pid] = bool(pids_named(self.server_names, [pid]))
+        for gone in self._named.keys() - live:
+            del self._named[gone]
+        return [pid for pid, ours in self._named.items() if ours]
 
     def _run(self) -> None:
         while not self._stop.wait(METER_SAMPLE_S):
@@ -156,6 +175,7 @@ class CpuMeter:
             if self._busy else None,
             "client_core_pct": round(100 * max(0.0, self._cpu - meter) / wall, 1),
             "busiest_thread": busiest[0] if busiest[1] > 0 else None,
+            "meter_cpu_us_per_job": round(1e6 * meter / jobs, 2) if jobs else None,
             "busiest_thread_pct": round(100 * busiest[1] / wall, 1)}
         out["bound"] = cpu_bound(out)
         return out
