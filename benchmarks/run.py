@@ -1087,6 +1087,26 @@ Python is 64%; the Worker ran at {sqlite_share} of the raw loop. Reaching 85% wo
 cutting the Worker's Python per job to about a third of today's while it still gives each
 job to a handler thread as a Python object. Worker processes (below) share the write
 lock through the busy handler; SQLite's write throughput does not grow with them.
+
+Timed again on 2026-12-05 (issue 32; timers around the writer's calls, one Worker of 4
+threads at batch 20, 60,000 no-op jobs): a cycle of the writer took 990 µs for 20 jobs,
+its claim 497 µs (the statement 300 µs, building the 20 jobs 126 µs) and its completions
+460 µs (the `complete_many` transaction 414 µs: BEGIN IMMEDIATE, the statement, COMMIT,
+since a completion may release dependents). The raw loop's one thread took 477 µs a cycle:
+claim 265 µs, `complete_many` 184 µs (in autocommit, as the raw loop sent it up to the run
+of 2026-12-05 23:56; it now sends it in BEGIN IMMEDIATE ... COMMIT as the Worker does,
+which measured 4% fewer jobs/s: 34,081 against 35,540, medians of 5 interleaved rounds).
+The process used 1.1 cores (the writer thread 43 µs of CPU a job, the handler threads
+about 10 µs together). The Worker's statements cost more than the raw loop's while its
+handler threads run Python beside them: sqlite3 takes the GIL back for every row a
+statement returns, and in a separate test one `UPDATE ... RETURNING` of 20 rows took
+170-187 µs alone and 276-383 µs beside four threads running Python. Tried and measured,
+none faster: the completions and the next claim in one transaction (the raw loop, one
+thread: 40.7-43.6k against 41.8-42.1k jobs/s), `complete_many` as a fenced `SELECT
+json_group_array(...)` and an `UPDATE` without `RETURNING` (526 µs against 417 µs a
+batch), handler threads letting go of the GIL after each job (18.4-19.5k against
+19.0-20.7k jobs/s), a shorter GIL switch interval (0.05-1 ms: no change). The table "What
+bounded each run" above gives this run's CPU per job and per core.
 """
 
 PLOT = r'''

@@ -65,13 +65,17 @@ class _RawLoop:
         self.combined = complete_claim_sql(backend) if complete == "complete_claim" else None
         self.done = self.retries = 0
         # each statement of the loop is its whole transaction: sent as the Worker sends it
-        # (in autocommit where the backend runs one-statement operations so)
+        # (in autocommit where the backend runs one-statement operations so; a batch's
+        # completion, which may release dependents, only where its statement does that
+        # itself: SQLite's runs in BEGIN IMMEDIATE ... COMMIT, as Outcomes.fenced_many)
         self.auto = backend.autocommit_single
+        self.completes_auto = self.auto and backend.completes_dependents_in_statement
 
-    def tx(self, conn: Any, fn: Callable[[], T]) -> T:
-        """``fn`` in a transaction, run again after a transient conflict."""
+    def tx(self, conn: Any, fn: Callable[[], T], auto: bool | None = None) -> T:
+        """``fn`` in a transaction (in autocommit where ``auto``, default the loop's),
+        run again after a transient conflict."""
         while True:
-            if not self.auto:
+            if not (self.auto if auto is None else auto):
                 self.backend.begin(conn, True)
             try:
                 result = fn()
@@ -117,7 +121,8 @@ class _RawLoop:
                     continue
                 if self.complete == "complete_many":
                     self.done += len(self.tx(conn, functools.partial(
-                        backend.fenced_rows, cur, "complete_many", {"claims": guards})))
+                        backend.fenced_rows, cur, "complete_many", {"claims": guards}),
+                        self.completes_auto))
                 else:
                     for row in rows:
                         self.done += self.tx(conn, functools.partial(
@@ -136,7 +141,10 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
     ``complete_many`` (a commit per batch) or ``complete_claim`` (the batch's completion
     in the next claim's statement), until a claim comes back empty. Each is sent as the
     Worker sends it: one autocommit statement where the backend's ``autocommit_single``
-    says so (PostgreSQL, SQLite), else BEGIN, statement(s), COMMIT. A transient conflict
+    says so (PostgreSQL, SQLite), else BEGIN, statement(s), COMMIT; ``complete_many`` in
+    autocommit only where its statement releases the completed jobs' dependents itself
+    (``completes_dependents_in_statement``: PostgreSQL), else, as the Worker, in a
+    transaction (SQLite: BEGIN IMMEDIATE ... COMMIT). A transient conflict
     (busy, deadlock, serialization failure) rolls back and runs the transaction again;
     ``retries`` counts those."""
     backend = queue.backend
