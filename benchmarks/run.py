@@ -711,8 +711,8 @@ def cpu_section(res: dict[str, Any]) -> list[str]:
     io = res.get("io") or {}
     sets.append(("PostgreSQL, I/O-bound jobs", io.get("runs", {}), io.get("cpu", {})))
     lines = ["### What bounded each run", "",
-             "Each contender's round with the median jobs/s, as sampled every "
-             f"{bench.METER_SAMPLE_S * 1000:.0f} ms from /proc while it ran: the CPU of the "
+             "Each contender's round with the median jobs/s, as `portq.bench.cpu` sampled it "
+             "from /proc while it ran: the CPU of the "
              "client (the benchmark's process: the Worker, or the raw loop's threads) and of "
              "the database server per job; the share of one core the client used and its "
              "busiest thread's; how busy the machine's cores were. The bound: a machine "

@@ -306,3 +306,31 @@ def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     assert all(row.rstrip(" |").rsplit("| ", 1)[1] in (
         "one core (client)", "CPU (client)", "waits (round trips, commits, locks)")
         for row in rows)
+
+
+def test_cpu_meter_counts_a_server_process_that_ended_between_samples(tmp_path: Path) -> None:
+    """A "server" child that burns CPU and ends between two of the meter's samples (as a
+    PostgreSQL backend whose connection closed) is counted whole, through its parent's
+    reaped children; the parent's own idle time adds next to nothing."""
+    import os
+    import subprocess
+    import sys
+    import time
+    if not os.path.isdir("/proc"):
+        pytest.skip("the meter reads Linux's /proc")
+    server = tmp_path / "pqsrv"  # the command name the meter looks for
+    server.symlink_to(os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    child = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.15: pass"
+    parent = (f"import subprocess, sys, time\nsubprocess.run([{str(server)!r}, '-c', "
+              f"{child!r}], check=True)\nprint('reaped', flush=True)\ntime.sleep(30)")
+    proc = subprocess.Popen([str(server), "-c", parent], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.05)  # the parent runs: the meter finds it at its start
+        with bench.CpuMeter(("pqsrv",)) as meter:
+            assert proc.stdout is not None and proc.stdout.readline() == "reaped\n"
+        f = meter.figures(1000)
+    finally:
+        proc.kill()
+        proc.wait()
+    # 0.15 s of the child's CPU (counted in 10 ms ticks), per 1,000 jobs: >= 130 µs a job
+    assert f["server_cpu_us_per_job"] >= 130, f

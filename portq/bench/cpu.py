@@ -16,9 +16,10 @@ from typing import Any
 
 from portq.engines import engine as engine_record
 
-#: how often a :class:`CpuMeter` samples (a thread or a server process that ends between
-#: two samples loses at most this much of its CPU from the figures)
-METER_SAMPLE_S = 0.05
+#: how often a :class:`CpuMeter` samples its process's threads and the server's processes
+#: (a thread that ends loses at most this much of its CPU from the per-thread figures; a
+#: server process that ends is counted whole, through its parent's reaped children)
+METER_SAMPLE_S = 0.25
 #: a run whose machine was at least this busy (% of every core) was CPU-bound
 CPU_BOUND_PCT = 85.0
 #: a run whose client used at least this much of one core was bound by that core
@@ -26,16 +27,19 @@ CORE_BOUND_PCT = 85.0
 _METER_THREAD = "portq-bench-cpu-meter"
 
 
-def cpu_seconds(pid: int, thread: int | None = None) -> float | None:
+def cpu_seconds(pid: int, thread: int | None = None, *, reaped: bool = False
+                ) -> float | None:
     """User + system CPU seconds of process ``pid`` (or of its thread ``thread``) from
-    /proc (None: gone, or not Linux)."""
+    /proc, or with ``reaped`` those of its children that ended and were waited for (None:
+    gone, or not Linux)."""
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
         with open(path, encoding="ascii") as f:
             fields = f.read().rpartition(")")[2].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if reaped else 11
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 def pids_named(names: Sequence[str], among: Iterable[int] | None = None) -> list[int]:
@@ -82,10 +86,11 @@ class CpuMeter:
         self._threads: dict[int, list[Any]] = {}  # tid -> [name, cpu at start, last]
         self._server: dict[int, list[float]] = {}  # pid -> [cpu at start, last]
         self._named: dict[int, bool] = {}  # pid -> whether it is a server process
+        self._reaped: dict[int, float] = {}  # server pid -> its reaped children's CPU, at start
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._began = self._process = 0.0
-        self._wall = self._cpu = 0.0
+        self._wall = self._cpu = self._server_cpu = 0.0
         self._busy: tuple[float, float] | None = None
 
     def _sample(self, first: bool = False) -> None:
@@ -132,6 +137,10 @@ class CpuMeter:
     def __enter__(self) -> CpuMeter:
         self._busy = machine_busy()
         self._sample(first=True)
+        for pid in self._server:
+            reaped = cpu_seconds(pid, reaped=True)
+            if reaped is not None:
+                self._reaped[pid] = reaped
         self._began, self._process = time.perf_counter(), time.process_time()
         self._sampler = threading.Thread(target=self._run, name=_METER_THREAD, daemon=True)
         self._sampler.start()
@@ -145,11 +154,31 @@ class CpuMeter:
         if self._sampler is not None:
             self._sampler.join()
         self._sample()
+        self._server_cpu = self._server_seconds()
         busy = machine_busy()
         if self._busy is not None and busy is not None and busy[1] > self._busy[1]:
             self._busy = (busy[0] - self._busy[0], busy[1] - self._busy[1])
         else:
             self._busy = None
+
+    def _server_seconds(self) -> float:
+        """The server's CPU over the run: what its processes alive at the end used since
+        the start (or their start), plus what those that ended used in all, read from
+        their parent's reaped children (PostgreSQL's postmaster waits for each backend),
+        less what those had used before the start."""
+        gone = 0.0
+        total = 0.0
+        for pid, (first, _) in self._server.items():
+            now = cpu_seconds(pid)
+            if now is None:
+                gone += first
+            else:
+                total += now - first
+        for pid, before in self._reaped.items():
+            after = cpu_seconds(pid, reaped=True)
+            if after is not None:
+                total += after - before
+        return max(0.0, total - gone)
 
     def figures(self, jobs: int) -> dict[str, Any]:
         """Per job of ``jobs`` (µs): the client's CPU (this process but the meter) and the
@@ -168,8 +197,7 @@ class CpuMeter:
         out: dict[str, Any] = {
             "client_cpu_us_per_job": round(1e6 * max(0.0, self._cpu - meter) / jobs, 1)
             if jobs else None,
-            "server_cpu_us_per_job": round(1e6 * sum(last - first for first, last in
-                                                     self._server.values()) / jobs, 1)
+            "server_cpu_us_per_job": round(1e6 * self._server_cpu / jobs, 1)
             if jobs and self.server_names else None,
             "machine_busy_pct": round(100 * self._busy[0] / self._busy[1], 1)
             if self._busy else None,
