@@ -10,15 +10,16 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 from portq.engines import engine as engine_record
 
-#: how often a :class:`CpuMeter` samples its process's threads and the server's processes
-#: (a thread that ends loses at most this much of its CPU from the per-thread figures; a
-#: server process that ends is counted whole, through its parent's reaped children)
+#: how often a :class:`CpuMeter` samples its process's threads (a thread that ends loses
+#: at most this much of its CPU from the per-thread figures); the server's processes are
+#: read at the start and the end only (one that ended meanwhile is counted whole, through
+#: its parent's reaped children)
 METER_SAMPLE_S = 0.25
 #: a run whose machine was at least this busy (% of every core) was CPU-bound
 CPU_BOUND_PCT = 85.0
@@ -42,20 +43,17 @@ def cpu_seconds(pid: int, thread: int | None = None, *, reaped: bool = False
     return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
-def pids_named(names: Sequence[str], among: Iterable[int] | None = None) -> list[int]:
-    """The pids (of ``among``, default every process) whose command name is one of
-    ``names`` (Linux /proc; [] elsewhere)."""
-    if among is None:
-        among = [int(e) for e in os.listdir("/proc")
-                 if e.isdigit()] if os.path.isdir("/proc") and names else []
+def pids_named(names: Sequence[str]) -> list[int]:
+    """The pids whose command name is one of ``names`` (Linux /proc; [] elsewhere)."""
     pids = []
-    for pid in among:
-        try:
-            with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
-                if f.read().strip() in names:
-                    pids.append(pid)
-        except OSError:
-            continue
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") and names else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm", encoding="utf-8") as f:
+                    if f.read().strip() in names:
+                        pids.append(int(entry))
+            except OSError:
+                continue
     return pids
 
 
@@ -77,15 +75,15 @@ def meter(engine: str) -> CpuMeter:
 
 class CpuMeter:
     """Samples, every :data:`METER_SAMPLE_S` from ``with`` to its end, the CPU of this
-    process's threads (by name) and of the processes named ``server_names``; then
+    process's threads (by name), and reads that of the processes named ``server_names``
+    at both ends; then
     :meth:`figures` gives them per job. A process or thread that began during the run
     counts from its start."""
 
     def __init__(self, server_names: Sequence[str]) -> None:
         self.server_names = tuple(server_names)
         self._threads: dict[int, list[Any]] = {}  # tid -> [name, cpu at start, last]
-        self._server: dict[int, list[float]] = {}  # pid -> [cpu at start, last]
-        self._named: dict[int, bool] = {}  # pid -> whether it is a server process
+        self._server: dict[int, float] = {}  # server pid at the start -> its CPU then
         self._reaped: dict[int, float] = {}  # server pid -> its reaped children's CPU, at start
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
@@ -93,7 +91,7 @@ class CpuMeter:
         self._wall = self._cpu = self._server_cpu = 0.0
         self._busy: tuple[float, float] | None = None
 
-    def _sample(self, first: bool = False) -> None:
+    def _sample_threads(self, first: bool = False) -> None:
         names = {t.native_id: t.name for t in threading.enumerate()}
         me = os.getpid()
         try:
@@ -110,37 +108,18 @@ class CpuMeter:
                                       cpu]
             else:
                 entry[2] = cpu
-        for pid in self._server_pids():
-            cpu = cpu_seconds(pid)
-            if cpu is not None:
-                self._server.setdefault(pid, [cpu if first else 0.0, cpu])[1] = cpu
-
-    def _server_pids(self) -> list[int]:
-        """The pids of the server's processes now: each new pid's name is read once (a
-        full scan of every process's name each sample would cost the run CPU)."""
-        if not self.server_names:
-            return []
-        try:
-            live = {int(e) for e in os.listdir("/proc") if e.isdigit()}
-        except OSError:
-            return []
-        for pid in live - self._named.keys():
-            self._named[pid] = bool(pids_named(self.server_names, [pid]))
-        for gone in self._named.keys() - live:
-            del self._named[gone]
-        return [pid for pid, ours in self._named.items() if ours]
 
     def _run(self) -> None:
         while not self._stop.wait(METER_SAMPLE_S):
-            self._sample()
+            self._sample_threads()
 
     def __enter__(self) -> CpuMeter:
         self._busy = machine_busy()
-        self._sample(first=True)
-        for pid in self._server:
-            reaped = cpu_seconds(pid, reaped=True)
-            if reaped is not None:
-                self._reaped[pid] = reaped
+        self._sample_threads(first=True)
+        for pid in pids_named(self.server_names):
+            cpu, reaped = cpu_seconds(pid), cpu_seconds(pid, reaped=True)
+            if cpu is not None and reaped is not None:
+                self._server[pid], self._reaped[pid] = cpu, reaped
         self._began, self._process = time.perf_counter(), time.process_time()
         self._sampler = threading.Thread(target=self._run, name=_METER_THREAD, daemon=True)
         self._sampler.start()
@@ -153,7 +132,7 @@ class CpuMeter:
         self._stop.set()
         if self._sampler is not None:
             self._sampler.join()
-        self._sample()
+        self._sample_threads()
         self._server_cpu = self._server_seconds()
         busy = machine_busy()
         if self._busy is not None and busy is not None and busy[1] > self._busy[1]:
@@ -168,12 +147,13 @@ class CpuMeter:
         less what those had used before the start."""
         gone = 0.0
         total = 0.0
-        for pid, (first, _) in self._server.items():
+        for pid in pids_named(self.server_names):
             now = cpu_seconds(pid)
-            if now is None:
+            if now is not None:
+                total += now - self._server.get(pid, 0.0)
+        for pid, first in self._server.items():
+            if cpu_seconds(pid) is None:
                 gone += first
-            else:
-                total += now - first
         for pid, before in self._reaped.items():
             after = cpu_seconds(pid, reaped=True)
             if after is not None:
@@ -194,14 +174,15 @@ class CpuMeter:
                 used[name] = used.get(name, 0.0) + last - first
         busiest = max(used.items(), key=lambda kv: kv[1], default=("", 0.0))
         wall = self._wall or 1e-9
+        client = max(0.0, self._cpu - meter)
         out: dict[str, Any] = {
-            "client_cpu_us_per_job": round(1e6 * max(0.0, self._cpu - meter) / jobs, 1)
+            "client_cpu_us_per_job": round(1e6 * client / jobs, 1)
             if jobs else None,
             "server_cpu_us_per_job": round(1e6 * self._server_cpu / jobs, 1)
             if jobs and self.server_names else None,
             "machine_busy_pct": round(100 * self._busy[0] / self._busy[1], 1)
             if self._busy else None,
-            "client_core_pct": round(100 * max(0.0, self._cpu - meter) / wall, 1),
+            "client_core_pct": round(100 * client / wall, 1),
             "busiest_thread": busiest[0] if busiest[1] > 0 else None,
             "meter_cpu_us_per_job": round(1e6 * meter / jobs, 2) if jobs else None,
             "busiest_thread_pct": round(100 * busiest[1] / wall, 1)}
