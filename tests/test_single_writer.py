@@ -1,0 +1,106 @@
+"""A single writer (SQLite: one claim loop, which writes the outcomes too) writes the
+completions of several claims in one statement, and never leaves outcomes waiting
+through an idle sleep."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import portq
+from portq.conformance.helpers import claim_sizes, counts
+from portq.job import Job
+from portq.runtime.claiming import SINGLE_WRITER_CLAIMS_PER_WRITE
+from portq.runtime.pacing import BATCH_LIMIT
+from portq.worker import Worker
+
+
+@pytest.fixture
+def single(queue: portq.Queue) -> Iterator[portq.Queue]:
+    if not queue.backend.capabilities.single_writer:
+        pytest.skip("a worker of this engine has writer threads of its own")
+    yield queue
+
+
+def completion_sizes(queue: portq.Queue) -> tuple[list[int], Any]:
+    sizes: list[int] = []
+    complete_many = queue.complete_many
+
+    def counted(jobs: list[Job]) -> list[bool]:
+        sizes.append(len(jobs))
+        return complete_many(jobs)
+    return sizes, counted
+
+
+def test_completions_of_several_claims_go_in_one_statement(single: portq.Queue,
+                                                            qname: str) -> None:
+    """Claims of 10 with plenty of free slots: completions wait for
+    SINGLE_WRITER_CLAIMS_PER_WRITE claims' worth (40) before they are written, so there
+    are fewer completion statements than claims, and some carry more than one claim's
+    jobs. Every job succeeds once."""
+    queue = single
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(600)])
+    sizes, counted = completion_sizes(queue)
+    queue.complete_many = counted  # type: ignore[method-assign]
+    worker = Worker(queue, qname, lambda job: None, concurrency=4, batch=10, burst=True,
+                    idle_min=0.01, idle_max=0.05, registry_interval=None)
+    try:
+        with claim_sizes(queue) as claims:
+            assert worker.run().succeeded == 600
+    finally:
+        del queue.complete_many
+    assert sum(sizes) == 600
+    assert max(sizes) > 10, sizes
+    assert max(sizes) <= BATCH_LIMIT, sizes
+    assert sorted(sizes)[len(sizes) // 2] >= SINGLE_WRITER_CLAIMS_PER_WRITE * 10, sizes
+    assert len(sizes) < len([c for c in claims if c]), (sizes, claims)
+    assert counts(queue, qname)["succeeded"] == 600
+
+
+def test_outcomes_are_written_before_an_idle_sleep(single: portq.Queue, qname: str) -> None:
+    """Three jobs claimed together, all three handlers returned before the next claim,
+    which finds the queue empty: the outcomes waiting are written next, not after an
+    idle sleep (``idle_min`` here is 2.5 s) that nothing would cut short. Each job
+    is succeeded in the database well within a second of its handler's return."""
+    queue = single
+    returned: dict[int, float] = {}
+    all_returned = threading.Event()
+    ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
+
+    def handler(job: Job) -> None:
+        returned[job.id] = time.monotonic()
+        if len(returned) == 3:
+            all_returned.set()
+    claim = queue.claim
+
+    def after_the_handlers(*args: Any, **kwargs: Any) -> list[Job]:
+        if returned:
+            assert all_returned.wait(10)
+            # as when a wait for free slots took the handlers' wake-up meanwhile
+            worker.runtime._wake.clear()
+        return claim(*args, **kwargs)
+    queue.claim = after_the_handlers  # type: ignore[method-assign]
+    worker = Worker(queue, qname, handler, concurrency=4, batch=10, idle_min=2.5,
+                    idle_max=3.0, registry_interval=None, reap_interval=None,
+                    prune_interval=None)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            jobs = [queue.job(i) for i in ids]
+            if all(j is not None and j.state == "succeeded" for j in jobs):
+                break
+            time.sleep(0.01)
+        written = time.monotonic()
+        assert set(returned) == set(ids), returned
+        late = written - max(returned.values())
+        assert late < 1.0, f"outcomes written {late:.2f}s after the last handler returned"
+    finally:
+        worker.stop()
+        thread.join(10)
+        del queue.claim
