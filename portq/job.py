@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from portq.errors import ConfigurationError, JobCancelled
 
@@ -41,6 +41,17 @@ class Claim:
     generation: int
     worker_id: str
     lease_until: datetime
+
+    @classmethod
+    def of_row(cls, job_id: int, generation: int, worker_id: str,
+               lease_until: datetime) -> Claim:
+        """``Claim(...)`` without the frozen ``__init__``'s four ``object.__setattr__``
+        (one is made per claimed row)."""
+        claim = object.__new__(cls)
+        object.__setattr__(claim, "__dict__", {"job_id": job_id, "generation": generation,
+                                               "worker_id": worker_id,
+                                               "lease_until": lease_until})
+        return claim
 
 
 class CancelSignal:
@@ -130,6 +141,14 @@ class DependencyReader:
     read: Callable[[int], dict[int, Any]] | None = None
 
 
+class RowLoader(Protocol):
+    """Decodes a claimed row's stored JSON (the backend that claimed it)."""
+
+    def load_payload(self, value: Any) -> Any: ...
+
+    def load_meta(self, value: Any) -> dict[str, str]: ...
+
+
 #: the reader of a job no backend claimed: it has no dependencies' results to read
 NO_DEPENDENCIES = DependencyReader()
 
@@ -175,21 +194,41 @@ class Job:
                                     compare=False)
 
     @classmethod
-    def claimed(cls, *, id: int, queue: str, payload: Any, attempt: int, max_attempts: int,
+    def claimed(cls, id: int, queue: str, payload: Any, attempt: int, max_attempts: int,
                 key: str | None, priority: int, claim: Claim, concurrency_key: str | None,
                 start_by: float | None, leased_at: float | None, timeout: float | None,
-                run_at: datetime | None, meta: dict[str, str], deps: DependencyReader
-                ) -> Job:
+                run_at: datetime | None, meta: Any, deps: DependencyReader,
+                loader: RowLoader | None = None) -> Job:
         """The job of a claimed row, every field given: what ``Job(...)`` makes, without
         its frozen ``__init__`` (one ``object.__setattr__`` per field: a measurable share
-        of a no-op job's cost; a job is made per claimed row)."""
+        of a no-op job's cost; a job is made per claimed row, on the claim loop's thread).
+        With ``loader``, ``payload`` and ``meta`` are the row's stored JSON text, decoded
+        on first use (``__getattr__``): on the handler's thread."""
         job = object.__new__(cls)
-        job.__dict__.update(
-            id=id, queue=queue, payload=payload, attempt=attempt, max_attempts=max_attempts,
-            key=key, priority=priority, claim=claim, concurrency_key=concurrency_key,
-            start_by=start_by, leased_at=leased_at, timeout=timeout, run_at=run_at,
-            meta=meta, _cancel=CancelSignal(), _progress=ProgressSlot(), _deps=deps)
+        fields = {"id": id, "queue": queue, "attempt": attempt, "max_attempts": max_attempts,
+                  "key": key, "priority": priority, "claim": claim,
+                  "concurrency_key": concurrency_key, "start_by": start_by,
+                  "leased_at": leased_at, "timeout": timeout, "run_at": run_at,
+                  "_cancel": CancelSignal(), "_progress": ProgressSlot(), "_deps": deps}
+        if loader is None:
+            fields["payload"], fields["meta"] = payload, meta
+        else:
+            fields["_stored"] = (payload, meta, loader)
+        object.__setattr__(job, "__dict__", fields)
         return job
+
+    if not TYPE_CHECKING:  # so that type checkers still refuse a misspelt attribute
+        def __getattr__(self, name: str) -> Any:
+            """``payload`` and ``meta`` of a job made with a ``loader`` (:meth:`claimed`),
+            decoded once, on first use (a race decodes twice and keeps one)."""
+            stored = self.__dict__.get("_stored")
+            if stored is None or name not in ("payload", "meta"):
+                raise AttributeError(
+                    f"{type(self).__name__!r} object has no attribute {name!r}")
+            payload, meta, loader = stored
+            value = loader.load_payload(payload) if name == "payload" else \
+                loader.load_meta(meta)
+            return self.__dict__.setdefault(name, value)
 
     def dependency_results(self) -> dict[int, Any]:
         """``{dependency id: result}``: what this job's dependencies

@@ -168,15 +168,17 @@ class Claiming(Enqueue):
          concurrency_key, _, timeout_ms, run_at, meta) = row
         lease = self.from_db_time(lease_until)
         assert lease is not None
-        claim = Claim(int(job_id), int(attempts), worker_id, lease)
+        job_id, attempts = int(job_id), int(attempts)
+        # JSON text is decoded on first use, on the handler's thread; what a driver gives
+        # as bytes or a LOB is read now, while its cursor is open
+        lazy = type(payload) is str and (meta is None or type(meta) is str)
         return Job.claimed(
-            id=int(job_id), queue=queue, payload=self.load_payload(payload),
-            attempt=int(attempts), max_attempts=int(max_attempts), key=key,
-            priority=int(priority), claim=claim, concurrency_key=concurrency_key,
-            start_by=start_by, leased_at=leased_at,
-            timeout=None if timeout_ms is None else int(timeout_ms) / 1000,
-            run_at=self.from_db_time(run_at), meta=self.load_meta(meta),
-            deps=self._dependency_reader)
+            job_id, queue, payload if lazy else self.load_payload(payload), attempts,
+            int(max_attempts), key, int(priority), Claim.of_row(job_id, attempts, worker_id, lease),
+            concurrency_key, start_by, leased_at,
+            None if timeout_ms is None else int(timeout_ms) / 1000, self.from_db_time(run_at),
+            meta if lazy else self.load_meta(meta), self._dependency_reader,
+            self if lazy else None)
 
     # ---- fair sharing across keys (migration 13; the claim: portq/backends/fair.py) -----
 
