@@ -27,9 +27,11 @@ class Mailbox(Generic[T]):
         # entered as the lock itself: a Condition's ``with`` is Python-level code, and
         # short jobs enter the mailbox twice each
         self._lock = lock = threading.Lock()
-        self._nonempty = threading.Condition(lock)  # takers waiting for a first item
+        # takers waiting for a first item, each on a lock of its own that a put releases
+        # (what threading.Condition does, without its Python-level checks: a short job
+        # wakes a taker, or waits as one, about once each)
+        self._hungry: deque[threading.Lock] = deque()
         self._lingering = threading.Condition(lock)  # takers filling a batch
-        self._hungry = 0
         self._fill_to: list[int] = []  # the batch size each lingering taker waits for
         self._closed = False
 
@@ -43,7 +45,7 @@ class Mailbox(Generic[T]):
             before = len(self._items)
             self._items.extend(items)
             if self._hungry and len(self._items) > before:
-                self._nonempty.notify()  # that taker wakes the next (see get)
+                self._hungry.popleft().release()  # that taker wakes the next (see get)
             if self._fill_to and len(self._items) >= min(self._fill_to):
                 self._lingering.notify_all()
 
@@ -53,26 +55,34 @@ class Mailbox(Generic[T]):
             while not self._items:
                 if self._closed:
                     return None
-                self._hungry += 1
-                try:
-                    self._nonempty.wait()
-                finally:
-                    self._hungry -= 1
+                self._wait_locked()
             item = self._items.popleft()
             if self._items and self._hungry:
-                self._nonempty.notify()  # a chain: one taker woken at a time
+                self._hungry.popleft().release()  # a chain: one taker woken at a time
             return item
+
+    def _wait_locked(self) -> None:
+        """Wait (``_lock`` held, let go meanwhile) until a put, a taker before this one or
+        :meth:`close` wakes this taker."""
+        waiter = threading.Lock()
+        waiter.acquire()
+        self._hungry.append(waiter)
+        self._lock.release()
+        woken = False
+        try:
+            waiter.acquire()
+            woken = True
+        finally:
+            self._lock.acquire()
+            if not woken and waiter in self._hungry:  # interrupted before any wake
+                self._hungry.remove(waiter)
 
     def get_batch(self, limit: int, linger: float) -> list[T]:
         """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
         in all for the batch to fill; [] once closed and empty."""
         with self._lock:
             while not self._items and not self._closed:
-                self._hungry += 1
-                try:
-                    self._nonempty.wait()
-                finally:
-                    self._hungry -= 1
+                self._wait_locked()
             deadline = time.monotonic() + linger
             while len(self._items) < limit and not self._closed:
                 left = deadline - time.monotonic()
@@ -109,6 +119,7 @@ class Mailbox(Generic[T]):
         """No more items will come: wake every taker (none lingers any more)."""
         with self._lock:
             self._closed = True
-            self._nonempty.notify_all()
+            while self._hungry:
+                self._hungry.popleft().release()
             self._lingering.notify_all()
 
