@@ -34,11 +34,19 @@ class Writer(Ledger):
         if not outcomes:
             return 0
         with self._lock:
-            owned = {j.id for j in self._mark_writing([o.job for o in outcomes])}
-        mine = [o for o in outcomes if o.job.id in owned]  # one lost meanwhile: not reported
+            owned = self._mark_writing([o.job for o in outcomes])
+        if len(owned) == len(outcomes):
+            mine = outcomes
+        else:  # one lost meanwhile: not reported
+            ids = {j.id for j in owned}
+            mine = [o for o in outcomes if o.job.id in ids]
         succeeded = [o for o in mine if o.kind == SUCCEEDED]
-        stored = self._store_results([o for o in succeeded if o.result is not None])
-        completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
+        with_results = [o for o in succeeded if o.result is not None]
+        if with_results:
+            stored = self._store_results(with_results)
+            completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
+        else:
+            completions = [o.job for o in succeeded]
         if completions:
             with self.watch("complete_many"):
                 written = self._write(completions, functools.partial(
@@ -50,18 +58,21 @@ class Writer(Ledger):
                 for job, ok in zip(completions, results, strict=True):
                     if not ok:
                         self._record(job, SUCCEEDED, ok, interrupted, "", None)
-        for o in mine:
-            if o.kind in (RETRY, DEAD):
-                self._write_failure(o)
-            elif o.kind == RELEASE:
-                self._release([o.job], o.error)
-            elif o.kind == SNOOZE:
-                self._write_snooze(o)
+        if len(succeeded) < len(mine):
+            for o in mine:
+                if o.kind in (RETRY, DEAD):
+                    self._write_failure(o)
+                elif o.kind == RELEASE:
+                    self._release([o.job], o.error)
+                elif o.kind == SNOOZE:
+                    self._write_snooze(o)
+        acking = self._acking
         with self._lock:
             for o in outcomes:
-                if self._acking.get(o.job.id) is o.job:
-                    del self._acking[o.job.id]
-                self._forget(o.job)
+                job = o.job
+                if acking.get(job.id) is job:
+                    del acking[job.id]
+                self._forget(job)
         return len(outcomes)
 
     def _store_results(self, outcomes: Sequence[Outcome]) -> set[int]:
