@@ -90,3 +90,31 @@ def test_close_hands_out_what_is_left_then_nothing_and_wakes_waiters() -> None:
     assert box.get_batch(10, 5.0) == [7, 8], "a closed mailbox must not linger"
     assert time.monotonic() - started < 1
     assert box.get() is None and box.get_batch(10, 1.0) == []
+
+
+def test_without_the_chain_one_taker_is_woken_and_a_nudge_wakes_another() -> None:
+    """``chain`` off: a put wakes one hungry taker and it wakes no other (the awake one
+    takes the rest in turn); :meth:`nudge` wakes one more once no item was taken for
+    ``after`` seconds, and none sooner."""
+    box: Mailbox[int] = Mailbox()
+    box.chain = False
+    got: list[int | None] = []
+    takers = [threading.Thread(target=lambda: got.append(box.get())) for _ in range(3)]
+    for t in takers:
+        t.start()
+    time.sleep(0.05)
+    box.put_many([1, 2, 3])
+    time.sleep(0.2)
+    assert got == [1], got  # one woken; the others sleep beside two waiting items
+    assert box.unattended()
+    assert not box.nudge(10.0)  # an item was taken just now
+    time.sleep(0.05)
+    assert box.nudge(0.01)
+    time.sleep(0.2)
+    assert sorted(x for x in got if x is not None) == [1, 2]
+    box.chain = True
+    box.put_many([4])  # with the chain, a put wakes the last taker at once
+    for t in takers:
+        t.join(5)
+    assert sorted(x for x in got if x is not None) == [1, 2, 3]
+    assert box.drain() == [4]

@@ -25,6 +25,9 @@ CLAIM_SETTLE_POLL_S = 0.0005
 #: much a job as one of 20 (no-op jobs, batch 20: 32,009-34,828 jobs/s against
 #: 26,358-29,541 with a write before every claim)
 SINGLE_WRITER_CLAIMS_PER_WRITE = 4
+#: the longest jobs wait in the line beside sleeping handler threads when the awake one
+#: takes no job (short jobs, no chain of wake-ups: :meth:`ClaimLoops._sleep`)
+NUDGE_S = 0.001
 
 
 class ClaimLoops(Writer):
@@ -41,6 +44,8 @@ class ClaimLoops(Writer):
         pacing = Pacing(self.turns, s.idle_min, s.idle_max)
         claimed = 0
         while not self._stopping.is_set():
+            if not self.line.chain:
+                self.line.nudge(NUDGE_S)
             if s.auto_lookahead:
                 if main:
                     self._give_back_stale()
@@ -184,6 +189,17 @@ class ClaimLoops(Writer):
             self._sleep(left)
 
     def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until woken; while jobs wait in the line and handler
+        threads sleep without the chain (short jobs), only :data:`NUDGE_S` at a time,
+        waking one of those threads when none took a job in that time (the awake one
+        runs a long job)."""
+        line = self.line
+        while not line.chain and line.unattended():
+            line.nudge(NUDGE_S)
+            if self._wake.wait(min(NUDGE_S, max(0.0, seconds))) or seconds <= NUDGE_S:
+                self._wake.clear()
+                return
+            seconds -= NUDGE_S
         self._wake.wait(max(0.0, seconds))
         self._wake.clear()
 

@@ -34,6 +34,12 @@ class Mailbox(Generic[T]):
         self._lingering = threading.Condition(lock)  # takers filling a batch
         self._fill_to: list[int] = []  # the batch size each lingering taker waits for
         self._closed = False
+        #: whether a taker that leaves items behind wakes the next hungry one (a chain).
+        #: Off (the runtime's choice for jobs much shorter than a wake-up), the taker
+        #: that is awake takes them one after another, and :meth:`nudge` wakes another
+        #: when none was taken for a while (a long job among short ones)
+        self.chain = True
+        self._taken_at = 0.0  # time.monotonic() of the last get
 
     def __len__(self) -> int:
         return len(self._items)
@@ -58,8 +64,27 @@ class Mailbox(Generic[T]):
                 self._wait_locked()
             item = self._items.popleft()
             if self._items and self._hungry:
-                self._hungry.popleft().release()  # a chain: one taker woken at a time
+                if self.chain:
+                    self._hungry.popleft().release()  # one taker woken at a time
+                else:
+                    self._taken_at = time.monotonic()
             return item
+
+    def unattended(self) -> bool:
+        """Items wait while takers sleep (without the chain, the awake takers may be
+        busy)."""
+        return bool(self._items) and bool(self._hungry)
+
+    def nudge(self, after: float) -> bool:
+        """Wake one hungry taker if items wait and none was taken in the last ``after``
+        seconds; whether one was woken."""
+        with self._lock:
+            if self._items and self._hungry and \
+                    time.monotonic() - self._taken_at >= after:
+                self._taken_at = time.monotonic()
+                self._hungry.popleft().release()
+                return True
+            return False
 
     def _wait_locked(self) -> None:
         """Wait (``_lock`` held, let go meanwhile) until a put, a taker before this one or
