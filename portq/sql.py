@@ -142,9 +142,29 @@ def _template(sql: str, style: ParamStyle) -> tuple[tuple[str, ...], tuple[str, 
     return tuple(pieces), tuple(names)
 
 
+@lru_cache(maxsize=1024)
+def _scalar_sql(sql: str, style: ParamStyle) -> str:
+    """``sql`` rendered for ``style`` when no parameter is a list: the same text each
+    call (so a driver's statement cache finds it by a hash computed once)."""
+    pieces, names = _template(sql, style)
+    rendered = [pieces[0]]
+    for name, piece in zip(names, pieces[1:], strict=True):
+        rendered.append("?" if style == "qmark" else
+                        f"%({name})s" if style == "pyformat" else f":{name}")
+        rendered.append(piece)
+    return "".join(rendered)
+
+
 def bind(sql: str, params: Mapping[str, Any], style: ParamStyle) -> Bound:
     """Render ``:name`` parameters in ``style``; expand sequence values into lists."""
     pieces, names = _template(sql, style)
+    try:
+        values = [params[name] for name in names]
+    except KeyError as exc:
+        raise KeyError(f"SQL parameter :{exc.args[0]} was not given") from None
+    if not any(isinstance(v, list | tuple) for v in values):
+        return Bound(_scalar_sql(sql, style), values if style == "qmark" else
+                     dict(zip(names, values, strict=True)))
     named: dict[str, Any] = {}
     ordered: list[Any] = []
 

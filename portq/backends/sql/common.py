@@ -7,6 +7,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from portq.url import DatabaseURL
@@ -80,5 +81,8 @@ def like_pattern(text: str) -> str:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@lru_cache(maxsize=1024)
 def utc_from_micros(value: int) -> datetime:
+    """Microseconds since the epoch as an aware UTC datetime. Cached: the rows of one
+    claim share their lease's end, and jobs enqueued together their ``run_at``."""
     return EPOCH + timedelta(0, 0, int(value))  # positional: 40% faster than by keyword
