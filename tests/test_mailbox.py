@@ -8,6 +8,15 @@ import time
 from portq.worker import Mailbox
 
 
+def start_takers(box: Mailbox[int], n: int, got: list[int | None]) -> list[threading.Thread]:
+    """``n`` threads each taking one item into ``got``, waiting (given 50 ms to)."""
+    takers = [threading.Thread(target=lambda: got.append(box.get())) for _ in range(n)]
+    for t in takers:
+        t.start()
+    time.sleep(0.05)
+    return takers
+
+
 def test_items_come_out_in_order_in_batches_up_to_the_limit() -> None:
     box: Mailbox[int] = Mailbox()
     box.put_many(range(5))
@@ -32,10 +41,7 @@ def test_a_waiting_taker_is_woken_by_a_put_from_another_thread() -> None:
 def test_every_waiting_taker_gets_one_of_a_batch() -> None:
     box: Mailbox[int] = Mailbox()
     got: list[int | None] = []
-    takers = [threading.Thread(target=lambda: got.append(box.get())) for _ in range(3)]
-    for t in takers:
-        t.start()
-    time.sleep(0.05)
+    takers = start_takers(box, 3, got)
     box.put_many([1, 2, 3])
     for t in takers:
         t.join(5)
@@ -99,10 +105,7 @@ def test_without_the_chain_one_taker_is_woken_and_a_nudge_wakes_another() -> Non
     box: Mailbox[int] = Mailbox()
     box.chain = False
     got: list[int | None] = []
-    takers = [threading.Thread(target=lambda: got.append(box.get())) for _ in range(3)]
-    for t in takers:
-        t.start()
-    time.sleep(0.05)
+    takers = start_takers(box, 3, got)
     box.put_many([1, 2, 3])
     time.sleep(0.2)
     assert got == [1], got  # one woken; the others sleep beside two waiting items

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import claim_sizes, counts
+from portq.conformance.helpers import claim_sizes, counts, running, wait_until
 from portq.job import Job
 from portq.runtime.claiming import SINGLE_WRITER_CLAIMS_PER_WRITE
 from portq.runtime.pacing import BATCH_LIMIT
@@ -87,20 +87,14 @@ def test_outcomes_are_written_before_an_idle_sleep(single: portq.Queue, qname: s
     worker = Worker(queue, qname, handler, concurrency=4, batch=10, idle_min=2.5,
                     idle_max=3.0, registry_interval=None, reap_interval=None,
                     prune_interval=None)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            jobs = [queue.job(i) for i in ids]
-            if all(j is not None and j.state == "succeeded" for j in jobs):
-                break
-            time.sleep(0.01)
-        written = time.monotonic()
-        assert set(returned) == set(ids), returned
-        late = written - max(returned.values())
-        assert late < 1.0, f"outcomes written {late:.2f}s after the last handler returned"
+        with running(worker):
+            assert wait_until(lambda: all(
+                (j := queue.job(i)) is not None and j.state == "succeeded" for i in ids),
+                interval=0.01)
+            written = time.monotonic()
     finally:
-        worker.stop()
-        thread.join(10)
         del queue.claim
+    assert set(returned) == set(ids), returned
+    late = written - max(returned.values())
+    assert late < 1.0, f"outcomes written {late:.2f}s after the last handler returned"

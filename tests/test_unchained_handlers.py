@@ -5,10 +5,10 @@ thread once none was taken for NUDGE_S)."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import portq
+from portq.conformance.helpers import running, wait_until
 from portq.job import Job
 from portq.runtime.claiming import NUDGE_S
 from portq.worker import Worker
@@ -35,24 +35,14 @@ def test_a_long_job_among_short_ones_does_not_hold_the_others_back(
     worker = Worker(queue, qname, handler, concurrency=4, batch=41, idle_min=0.01,
                     idle_max=0.05, registry_interval=None, reap_interval=None,
                     prune_interval=None)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while worker.counters.succeeded < 2000 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert worker.counters.succeeded == 2000
+    with running(worker):
+        assert wait_until(lambda: worker.counters.succeeded == 2000, 30, 0.01)
         assert not worker.runtime.line.chain, "no-op jobs should turn the chain off"
         queue.enqueue_many([{"queue": qname, "payload": {"kind": "long"}, "priority": 9}]
                            + [{"queue": qname, "payload": {"kind": "short"}}
                               for _ in range(40)])
         worker.wake()
-        while len(ended) < 41 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(ended) == 41, ended
-    finally:
-        worker.stop()
-        thread.join(10)
+        assert wait_until(lambda: len(ended) == 41, 30, 0.01), ended
     assert chain_when_long_began == [False]
     long_end = max(t for k, t in ended.items() if k.startswith("long"))
     short_end = max(t for k, t in ended.items() if k.startswith("short"))
