@@ -236,6 +236,9 @@ def raw_runs(url: str, jobs: int, workers: list[int],
 #: jobs/s per round of each contender, and the CPU figures of each of those runs
 #: (:func:`portq.bench.cpu.CpuMeter.figures`)
 Rounds = tuple[dict[str, list[float]], dict[str, list[dict[str, Any]]]]
+#: the SQLite and MariaDB rounds: jobs/s and CPU per contender, and the jobs/s of every
+#: run's bulk enqueue (each contender's run enqueues its jobs first)
+EngineRounds = tuple[dict[str, list[float]], dict[str, list[dict[str, Any]]], list[float]]
 
 
 def _record(rounds: Rounds, name: str, row: dict[str, Any]) -> None:
@@ -244,24 +247,30 @@ def _record(rounds: Rounds, name: str, row: dict[str, Any]) -> None:
     rounds[1].setdefault(name, []).append(row["cpu"])
 
 
-def engine_rounds(url: str, jobs: int, rounds: int) -> Rounds:
+def engine_rounds(url: str, jobs: int, rounds: int) -> EngineRounds:
     """The raw `complete_many` loop and the Worker at 4 workers, one after the other in
     each of ``rounds`` rounds: jobs/s and CPU per round (the SQLite and MariaDB
-    targets)."""
+    targets), and each run's bulk-enqueue jobs/s (the MariaDB bulk-enqueue target: a
+    median of many, not the sweep's one measurement)."""
     with portq.connect(url, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         queue.migrate()
         own = OWN_BATCH_ROUNDS.get(queue.backend.engine, ())
         out: Rounds = ({name: [] for name in (*ENGINE_ROUNDS, *own)}, {})
+        enqueues: list[float] = []
+
+        def record(name: str, row: dict[str, Any]) -> None:
+            _record(out, name, row)
+            enqueues.append(row["enqueue_jobs_per_s"])
         for n in range(rounds):
             log(f"{queue.backend.engine} rounds, round {n + 1} of {rounds}")
-            _record(out, "raw complete_many", bench.raw_throughput_run(
+            record("raw complete_many", bench.raw_throughput_run(
                 queue, jobs, 4, 20, "complete_many"))
-            _record(out, "portq worker", bench.throughput_run(queue, jobs, 4, 20))
+            record("portq worker", bench.throughput_run(queue, jobs, 4, 20))
             if own:
-                _record(out, own[0], bench.raw_throughput_run(
+                record(own[0], bench.raw_throughput_run(
                     queue, jobs, 4, OWN_BATCH, "complete_many"))
-                _record(out, own[1], bench.throughput_run(queue, jobs, 4, None))
-    return out
+                record(own[1], bench.throughput_run(queue, jobs, 4, None))
+    return (*out, enqueues)
 
 
 def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str, Any]]:
@@ -484,6 +493,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"machine": bench.machine(), "jobs": args.jobs, "workers": workers,
                            "engines": {}, "raw": [], "peers": [], "growth": {},
                            "engine_rounds": {}, "engine_rounds_cpu": {},
+                           "engine_rounds_enqueue": {},
                            "processes": {}, "notes": [], "loadavg_start": os.getloadavg()}
     section = Sections()
     log(f"estimated wall time of this run: ~{estimate(args) / 60:.0f} min")
@@ -505,7 +515,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     for engine in [e for e in engines if e != "postgres"] if args.rounds else ():
         with section(f"rounds on {engine}"):
             try:
-                out["engine_rounds"][engine], out["engine_rounds_cpu"][engine] = \
+                (out["engine_rounds"][engine], out["engine_rounds_cpu"][engine],
+                 out["engine_rounds_enqueue"][engine]) = \
                     engine_rounds(urls[engine], args.jobs, args.rounds)
             except Exception as exc:  # noqa: BLE001 - report it as not run, go on
                 out["notes"].append(f"rounds on {engine} not run: {type(exc).__name__}: {exc}")
@@ -624,7 +635,11 @@ def medians(res: dict[str, Any], engine: str = "postgres") -> dict[str, float]:
 
 
 def bulk_rate(res: dict[str, Any], engine: str) -> float | None:
-    """``engine``'s bulk-enqueue jobs/s in the sweep."""
+    """``engine``'s bulk-enqueue jobs/s: the median of its rounds' bulk enqueues where it
+    had rounds, else the sweep's one measurement."""
+    rounds = res.get("engine_rounds_enqueue", {}).get(engine)
+    if rounds:
+        return float(statistics.median(rounds))
     rows = res["engines"].get(engine, {}).get("enqueue", [])
     return next((r["jobs_per_s"] for r in rows if r["mode"].startswith("bulk")), None)
 
@@ -816,6 +831,13 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                      "the ceiling raised by one round trip per batch) | "
                      f"{r['complete_claim_vs_complete_many']:.0%} |")
     lines.append("")
+    for engine, rates in res.get("engine_rounds_enqueue", {}).items():
+        if rates:
+            lines += [f"Bulk enqueue on {engine}, the median of the "
+                      f"{len(rates)} bulk enqueues of its rounds (each run enqueued its "
+                      f"{res['jobs']:,} jobs first, {bench.BULK_CHUNK:,} a call): "
+                      f"{statistics.median(rates):,.0f} jobs/s "
+                      f"[{min(rates):,.0f}-{max(rates):,.0f}].", ""]
     h2h = res.get("head_to_head", {})
     if h2h:
         rounds = max(len(v) for v in h2h.values())

@@ -282,7 +282,8 @@ def test_cpu_bound_names_what_bounded_a_run(figures: dict[str, float | None],
 def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     """`benchmarks/run.py` on SQLite alone (tiny sizes, two rounds): every round of the
     raw loop and the Worker carries the CPU meter's figures in the results JSON, and the
-    doc's table "What bounded each run" has a row per contender with its bound."""
+    doc's table "What bounded each run" has a row per contender with its bound; each run's
+    bulk enqueue is kept, and their median reported."""
     import subprocess
     import sys
     root = Path(__file__).resolve().parent.parent
@@ -306,6 +307,11 @@ def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     assert all(row.rstrip(" |").rsplit("| ", 1)[1] in (
         "one core (client)", "CPU (client)", "waits (round trips, commits, locks)")
         for row in rows)
+    # every run of the rounds enqueued its jobs first: one bulk-enqueue rate each, whose
+    # median the report gives with its spread
+    enqueues = res["engine_rounds_enqueue"]["sqlite"]
+    assert len(enqueues) == sum(len(runs) for runs in rounds.values()) and min(enqueues) > 0
+    assert f"Bulk enqueue on sqlite, the median of the {len(enqueues)} bulk enqueues" in text
 
 
 def test_cpu_meter_counts_a_server_process_that_ended_between_samples(tmp_path: Path) -> None:

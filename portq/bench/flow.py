@@ -86,14 +86,15 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
     """Claim + complete ``jobs`` no-op jobs (or, with ``job_ms``, jobs that each sleep that
     long: an I/O-bound handler) with one Worker of ``workers`` threads, ``repeat`` times
     (each from a settled table); the median run is reported, with every run's jobs/s in
-    ``runs``."""
+    ``runs`` and its bulk enqueue's jobs/s (:func:`bulk_enqueue`) in
+    ``enqueue_jobs_per_s``."""
     options = mode_options(mode, batch or 0, workers)
     handler = noop if not job_ms else functools.partial(_sleep, job_ms / 1000)
-    runs: list[tuple[float, int, float, dict[str, Any]]] = []
+    runs: list[tuple[float, int, float, dict[str, Any], float]] = []
     for _ in range(repeat):
         settle(queue.backend)
         name = f"bench-tp-{uuid.uuid4().hex[:8]}"
-        bulk_enqueue(queue, name, jobs)
+        enqueued_s = bulk_enqueue(queue, name, jobs)
         worker = Worker(queue, name, handler, concurrency=workers, batch=batch,
                         **RUN_OPTIONS, **options)
         thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
@@ -107,12 +108,15 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
             elapsed = time.perf_counter() - started
         done = worker.counters.succeeded
         clear_queue(queue, name, jobs + 1)
-        runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed, cpu.figures(done)))
-    rate, done, elapsed, figures = sorted(runs, key=lambda r: r[0])[(len(runs) - 1) // 2]
+        runs.append((done / elapsed if elapsed > 0 else 0.0, done, elapsed, cpu.figures(done),
+                     jobs / enqueued_s if enqueued_s > 0 else 0.0))
+    rate, done, elapsed, figures, enqueued = \
+        sorted(runs, key=lambda r: r[0])[(len(runs) - 1) // 2]
     return {"engine": queue.backend.engine, "mode": mode, "workers": workers, "batch": batch,
             **options, "jobs": jobs, "job_ms": job_ms, "succeeded": done,
             "seconds": round(elapsed, 4), "jobs_per_s": round(rate, 1),
-            "runs": [round(r[0], 1) for r in runs], "cpu": figures}
+            "runs": [round(r[0], 1) for r in runs], "cpu": figures,
+            "enqueue_jobs_per_s": round(enqueued, 1)}
 
 
 async def _async_noop(job: Job) -> None:

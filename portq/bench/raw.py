@@ -154,7 +154,7 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
                                  f"{', '.join(raw_completes(backend))}")
     settle(backend)
     name = f"bench-raw-{uuid.uuid4().hex[:8]}"
-    bulk_enqueue(queue, name, jobs)
+    enqueued_s = bulk_enqueue(queue, name, jobs)
     loops = [_RawLoop(backend, name, batch, complete, slot) for slot in range(workers)]
     errors: list[BaseException] = []
 
@@ -181,4 +181,5 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
             "batch": batch, "jobs": jobs, "succeeded": done,
             "retries": sum(loop.retries for loop in loops),
             "seconds": round(elapsed, 4), "jobs_per_s": round(done / elapsed, 1),
-            "cpu": cpu.figures(done)}
+            "cpu": cpu.figures(done),
+            "enqueue_jobs_per_s": round(jobs / enqueued_s, 1) if enqueued_s > 0 else 0.0}
