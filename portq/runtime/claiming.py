@@ -222,9 +222,9 @@ class ClaimLoops(Writer):
             self._claiming -= want
             if jobs:
                 self._claims_found += 1
-            for job in jobs:
-                self._inflight[job.id] = job
-                if self._renewed_at:  # a renewal of its previous attempt is not this one's
+            self._inflight.update({job.id: job for job in jobs})
+            if self._renewed_at:  # a renewal of a previous attempt is not this one's
+                for job in jobs:
                     self._renewed_at.pop(job.id, None)
             self._busy += len(jobs)
         self.counters.add("claimed", len(jobs), name)
@@ -233,7 +233,7 @@ class ClaimLoops(Writer):
                 self.log.debug("job.claimed job_id=%d queue=%s generation=%d worker=%s",
                                job.id, job.queue, job.attempt, self.worker_id)
         if jobs:
-            self.line.put_many((job, claimed_at) for job in jobs)
+            self.line.put_many([(job, claimed_at) for job in jobs])
             self._executor.jobs_waiting()
         return len(jobs)
 

@@ -164,19 +164,30 @@ class Ledger:
 
     def _mark_writing(self, jobs: Sequence[Job]) -> list[Job]:
         """The jobs of ``jobs`` still owned, now marked as being written."""
-        owned = [j for j in jobs if self._inflight.get(j.id) is j]
-        self._writing.update((j.id, j) for j in owned)
+        inflight = self._inflight
+        owned = [j for j in jobs if inflight.get(j.id) is j]
+        self._writing.update({j.id: j for j in owned})
         return owned
 
     def _forget(self, job: Job) -> None:
         """Stop owning ``job``: its outcome is written, or it was lost."""
-        job_id = job.id
-        if self._inflight.get(job_id) is job:
-            del self._inflight[job_id]
-        if self._writing.get(job_id) is job:
-            del self._writing[job_id]
-        if self._renewed_at and job_id not in self._inflight:
-            self._renewed_at.pop(job_id, None)
+        self._forget_all((job,))
+
+    def _forget_all(self, jobs: Sequence[Job], written: bool = False) -> None:
+        """:meth:`_forget` each of ``jobs``; with ``written`` (the writer, after their
+        outcomes' writes) their outcomes stop holding slots too."""
+        inflight, writing, acking, renewed = \
+            self._inflight, self._writing, self._acking, self._renewed_at
+        for job in jobs:
+            job_id = job.id
+            if written and acking.get(job_id) is job:
+                del acking[job_id]
+            if inflight.get(job_id) is job:
+                del inflight[job_id]
+            if writing.get(job_id) is job:
+                del writing[job_id]
+            if renewed and job_id not in inflight:
+                renewed.pop(job_id, None)
 
     def _owned_not_writing(self, job: Job) -> bool:
         with self._lock:

@@ -53,11 +53,14 @@ class Writer(Ledger):
                     self.queue.complete_many, completions))
             if written is not None:
                 results, interrupted = written
-                self.outcomes.succeeded([j for j, ok in zip(completions, results, strict=True)
-                                         if ok])
-                for job, ok in zip(completions, results, strict=True):
-                    if not ok:
-                        self._record(job, SUCCEEDED, ok, interrupted, "", None)
+                if all(results):
+                    self.outcomes.succeeded(completions)
+                else:
+                    self.outcomes.succeeded([j for j, ok in zip(completions, results,
+                                                                strict=True) if ok])
+                    for job, ok in zip(completions, results, strict=True):
+                        if not ok:
+                            self._record(job, SUCCEEDED, ok, interrupted, "", None)
         if len(succeeded) < len(mine):
             for o in mine:
                 if o.kind in (RETRY, DEAD):
@@ -66,13 +69,8 @@ class Writer(Ledger):
                     self._release([o.job], o.error)
                 elif o.kind == SNOOZE:
                     self._write_snooze(o)
-        acking = self._acking
         with self._lock:
-            for o in outcomes:
-                job = o.job
-                if acking.get(job.id) is job:
-                    del acking[job.id]
-                self._forget(job)
+            self._forget_all([o.job for o in outcomes], written=True)
         return len(outcomes)
 
     def _store_results(self, outcomes: Sequence[Outcome]) -> set[int]:
