@@ -98,3 +98,39 @@ def test_outcomes_are_written_before_an_idle_sleep(single: portq.Queue, qname: s
     assert set(returned) == set(ids), returned
     late = written - max(returned.values())
     assert late < 1.0, f"outcomes written {late:.2f}s after the last handler returned"
+
+
+def test_outcomes_wait_no_longer_than_the_linger_while_claims_go_on(
+        single: portq.Queue, qname: str) -> None:
+    """Claims that each find a few jobs and take 50 ms (a slow disk): the outcomes are
+    written once the first has waited SINGLE_WRITER_LINGER_S, at the next claim's end,
+    not after 4 claims' worth (here 200 ms)."""
+    queue = single
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(60)])
+    returned: dict[int, float] = {}
+    written: dict[int, float] = {}
+    claim, complete_many = queue.claim, queue.complete_many
+
+    def slow_claim(*args: Any, **kwargs: Any) -> list[Job]:
+        jobs = claim(*args, **kwargs)
+        time.sleep(0.05)
+        return jobs
+
+    def timed(jobs: list[Job]) -> list[bool]:
+        done = complete_many(jobs)
+        written.update((job.id, time.monotonic()) for job in jobs)
+        return done
+
+    def handler(job: Job) -> None:
+        returned[job.id] = time.monotonic()
+    queue.claim = slow_claim  # type: ignore[method-assign]
+    queue.complete_many = timed  # type: ignore[method-assign,assignment]
+    worker = Worker(queue, qname, handler, concurrency=4, batch=5, burst=True,
+                    idle_min=0.01, idle_max=0.05, registry_interval=None,
+                    reap_interval=None, prune_interval=None)
+    try:
+        assert worker.run().succeeded == 60
+    finally:
+        del queue.claim, queue.complete_many
+    waits = sorted(written[i] - returned[i] for i in returned)
+    assert waits[-1] < 0.15, waits[-5:]

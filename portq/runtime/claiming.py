@@ -25,6 +25,10 @@ CLAIM_SETTLE_POLL_S = 0.0005
 #: much a job as one of 20 (no-op jobs, batch 20: 32,009-34,828 jobs/s against
 #: 26,358-29,541 with a write before every claim)
 SINGLE_WRITER_CLAIMS_PER_WRITE = 4
+#: the longest a single writer leaves an outcome unwritten while it claims on (a steady
+#: trickle of jobs, each claim finding a few, would otherwise fill the 4 claims' worth
+#: slowly): as long as it waits for a whole batch of slots (``gather_seconds``)
+SINGLE_WRITER_LINGER_S = 0.005
 #: the longest jobs wait in the line beside sleeping handler threads when the awake one
 #: takes no job (short jobs, no chain of wake-ups: :meth:`ClaimLoops._sleep`)
 NUDGE_S = 0.001
@@ -97,16 +101,25 @@ class ClaimLoops(Writer):
     def _write_due(self, claimed: int) -> bool:
         """A single writer's choice, before a claim round: write the outcomes waiting now
         when there are :data:`SINGLE_WRITER_CLAIMS_PER_WRITE` claims' worth, when the
-        last round claimed nothing (``claimed``) or when too few slots are free for a
-        whole claim (the outcomes hold theirs); else claim first."""
+        last round claimed nothing (``claimed``), when too few slots are free for a whole
+        claim (the outcomes hold theirs) or when the first of them has waited
+        :data:`SINGLE_WRITER_LINGER_S`; else claim first."""
         waiting = len(self._writes)
         if not waiting:
+            self._unwritten_since = None
             return False
-        if not claimed or \
+        now = time.monotonic()
+        if self._unwritten_since is None:
+            self._unwritten_since = now
+        if not claimed or now - self._unwritten_since >= SINGLE_WRITER_LINGER_S or \
                 waiting >= min(BATCH_LIMIT, SINGLE_WRITER_CLAIMS_PER_WRITE * self.claim_batch):
+            self._unwritten_since = None
             return True
         with self._lock:
-            return self._free_locked() < self.claim_batch
+            due = self._free_locked() < self.claim_batch
+        if due:
+            self._unwritten_since = None
+        return due
 
     def workers_serving(self, workers: int) -> None:
         """The registry counts ``workers`` live workers (this one included) on this

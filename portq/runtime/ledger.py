@@ -83,6 +83,8 @@ class Ledger:
         self._started = 0  # handlers started (to notice claims that never start)
         self._futile = 0  # give-backs in a row with no handler started between them
         self._stall_said = False  # worker.stalled logged since a handler last started
+        #: when a single writer first left outcomes unwritten to claim on (monotonic)
+        self._unwritten_since: float | None = None
         self.line: Mailbox[tuple[Job, float]] = Mailbox()  # (job, monotonic claim time)
         self._writes: Mailbox[Outcome] = Mailbox()
         self._stopping = threading.Event()
