@@ -1095,40 +1095,42 @@ there: its claim is three statements (no `UPDATE ... RETURNING`), its `complete_
 COMMIT of its own; the Worker ran at {mysql_share} of that engine's raw loop.
 
 SQLite is bound by one thread: the Worker on SQLite has one writer thread
-(`single_writer`), its one claim loop, which writes every claim and, between claims, every
-completion, so its threads never wait for each other in SQLite's sleeping busy handler
-(measured 15.5k -> 17.7k jobs/s before and after it, 5 rounds each, same hour). A py-spy
-profile of that thread (issue 20, 4 runs of 20,000 jobs, 4 workers, 500 Hz) found it busy
-all the time: 64% of its samples inside SQLite's claim and `complete_many` statements, 36%
-in the Worker's own Python (the handler's `Job` built from each row 10%, the completion
-batch's JSON 5%, the hand-off to handler threads and the bookkeeping of owned jobs the rest).
-The raw loop's four threads do the same statements, but while one runs SQL (sqlite3 lets go
-of the GIL inside a statement) another runs its Python, so only the SQL is serial; in the
-Worker the one writer runs both, one after the other. SQL alone over SQL plus the Worker's
-Python is 64%; the Worker ran at {sqlite_share} of the raw loop. Reaching 85% would mean
-cutting the Worker's Python per job to about a third of today's while it still gives each
-job to a handler thread as a Python object. Worker processes (below) share the write
-lock through the busy handler; SQLite's write throughput does not grow with them.
+(`single_writer`), its one claim loop, which writes every claim and every completion, so
+its threads never wait for each other in SQLite's sleeping busy handler (measured 15.5k ->
+17.7k jobs/s before and after it, 5 rounds each, same hour). The raw loop's four threads
+do the same statements, but while one runs SQL (sqlite3 lets go of the GIL inside a
+statement) another runs its Python, so only the SQL is serial; in the Worker the one
+writer runs both, one after the other, and the handler threads' Python runs beside it.
+The Worker ran at {sqlite_share} of the raw loop in this run.
 
-Timed again on 2026-12-05 (issue 32; timers around the writer's calls, one Worker of 4
-threads at batch 20, 60,000 no-op jobs): a cycle of the writer took 990 µs for 20 jobs,
-its claim 497 µs (the statement 300 µs, building the 20 jobs 126 µs) and its completions
-460 µs (the `complete_many` transaction 414 µs: BEGIN IMMEDIATE, the statement, COMMIT,
-since a completion may release dependents). The raw loop's one thread took 477 µs a cycle:
-claim 265 µs, `complete_many` 184 µs (in autocommit, as the raw loop sent it up to the run
-of 2026-12-05 23:56; it now sends it in BEGIN IMMEDIATE ... COMMIT as the Worker does,
-which measured 4% fewer jobs/s: 34,081 against 35,540, medians of 5 interleaved rounds).
-The process used 1.1 cores (the writer thread 43 µs of CPU a job, the handler threads
-about 10 µs together). The Worker's statements cost more than the raw loop's while its
-handler threads run Python beside them: sqlite3 takes the GIL back for every row a
-statement returns, and in a separate test one `UPDATE ... RETURNING` of 20 rows took
-170-187 µs alone and 276-383 µs beside four threads running Python. Tried and measured,
-none faster: the completions and the next claim in one transaction (the raw loop, one
-thread: 40.7-43.6k against 41.8-42.1k jobs/s), `complete_many` as a fenced `SELECT
-json_group_array(...)` and an `UPDATE` without `RETURNING` (526 µs against 417 µs a
-batch), handler threads letting go of the GIL after each job (18.4-19.5k against
-19.0-20.7k jobs/s), a shorter GIL switch interval (0.05-1 ms: no change). The table "What
-bounded each run" above gives this run's CPU per job and per core.
+What changed on 2026-12-06 (issue 32), each measured in interleaved rounds (a fresh
+process per run, 30,000 no-op jobs, 4 threads, batch 20), against the raw loop of the
+same rounds:
+
+- The writer writes the completions once 4 claims' worth wait (or when a claim found
+  nothing, or too few slots are free), not before every claim: one `complete_many` of 80
+  cost 5.3-5.8 µs a job against 7.0-7.9 µs for 20 (one thread, no Worker).
+- A claimed job keeps its payload and meta as JSON text, decoded on first use on the
+  handler's thread (building a job from a row: 3.9 -> about 2 µs); the fenced claims'
+  JSON is formatted directly (20 claims: 4.1 against 11.6 µs); a statement's text is
+  rendered once; lease and `run_at` times are cached per value.
+- Handler threads take short jobs without waking each other (below 100 µs a job on
+  average): each wake-up had taken the GIL from the writer (49,015 against 44,346 jobs/s
+  in one process, medians of 5 rounds).
+
+Together: 24,448-29,562 jobs/s before (45-54% of the raw loop in two sets of 5 rounds)
+against 39,602-48,487 after (74-80%). What is left: the writer's claim statement took
+147-175 µs inside the Worker against 100 µs alone, while its fetch of 20 rows took about
+the same (112-120 against 92-107 µs): the handler thread runs the previous claim's jobs
+while the statement runs, and the writer waits for the GIL when it returns. Tried and
+measured, not kept: the claim as an `UPDATE` without `RETURNING` and one `SELECT
+json_group_array(...)` row (fewer hand-offs of the GIL; 31,340-33,719 against
+34,591-41,777 jobs/s), a shorter GIL switch interval (0.5 and 0.1 ms: 77% and 73% against
+75%), completions every 5 claims (within the noise of 4). Earlier attempts (2026-12-05):
+the completions and the next claim in one transaction, `complete_many` as a fenced
+`SELECT json_group_array(...)` plus an `UPDATE`, handler threads letting go of the GIL
+after each job: none faster. The table "What bounded each run" above gives this run's
+CPU per job and per core.
 """
 
 PLOT = r'''
