@@ -142,6 +142,11 @@ def _template(sql: str, style: ParamStyle) -> tuple[tuple[str, ...], tuple[str, 
     return tuple(pieces), tuple(names)
 
 
+def _placeholder(name: str, style: ParamStyle) -> str:
+    """Parameter ``name`` as ``style`` writes it in SQL text."""
+    return "?" if style == "qmark" else f"%({name})s" if style == "pyformat" else f":{name}"
+
+
 @lru_cache(maxsize=1024)
 def _scalar_sql(sql: str, style: ParamStyle) -> str:
     """``sql`` rendered for ``style`` when no parameter is a list: the same text each
@@ -149,9 +154,7 @@ def _scalar_sql(sql: str, style: ParamStyle) -> str:
     pieces, names = _template(sql, style)
     rendered = [pieces[0]]
     for name, piece in zip(names, pieces[1:], strict=True):
-        rendered.append("?" if style == "qmark" else
-                        f"%({name})s" if style == "pyformat" else f":{name}")
-        rendered.append(piece)
+        rendered += (_placeholder(name, style), piece)
     return "".join(rendered)
 
 
@@ -171,15 +174,12 @@ def bind(sql: str, params: Mapping[str, Any], style: ParamStyle) -> Bound:
     def one(name: str, value: Any) -> str:
         if style == "qmark":
             ordered.append(value)
-            return "?"
-        named[name] = value
-        return f"%({name})s" if style == "pyformat" else f":{name}"
+        else:
+            named[name] = value
+        return _placeholder(name, style)
 
     rendered = [pieces[0]]
-    for name, piece in zip(names, pieces[1:], strict=True):
-        if name not in params:
-            raise KeyError(f"SQL parameter :{name} was not given")
-        value = params[name]
+    for name, value, piece in zip(names, values, pieces[1:], strict=True):
         if isinstance(value, list | tuple):
             if not value:
                 raise ValueError(f"SQL list parameter :{name} is empty")

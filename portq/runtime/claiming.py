@@ -111,12 +111,11 @@ class ClaimLoops(Writer):
         now = time.monotonic()
         if self._unwritten_since is None:
             self._unwritten_since = now
-        if not claimed or now - self._unwritten_since >= SINGLE_WRITER_LINGER_S or \
-                waiting >= min(BATCH_LIMIT, SINGLE_WRITER_CLAIMS_PER_WRITE * self.claim_batch):
-            self._unwritten_since = None
-            return True
-        with self._lock:
-            due = self._free_locked() < self.claim_batch
+        due = not claimed or now - self._unwritten_since >= SINGLE_WRITER_LINGER_S or \
+            waiting >= min(BATCH_LIMIT, SINGLE_WRITER_CLAIMS_PER_WRITE * self.claim_batch)
+        if not due:
+            with self._lock:
+                due = self._free_locked() < self.claim_batch
         if due:
             self._unwritten_since = None
         return due

@@ -41,26 +41,19 @@ class Writer(Ledger):
             ids = {j.id for j in owned}
             mine = [o for o in outcomes if o.job.id in ids]
         succeeded = [o for o in mine if o.kind == SUCCEEDED]
-        with_results = [o for o in succeeded if o.result is not None]
-        if with_results:
-            stored = self._store_results(with_results)
-            completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
-        else:
-            completions = [o.job for o in succeeded]
+        stored = self._store_results([o for o in succeeded if o.result is not None])
+        completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
         if completions:
             with self.watch("complete_many"):
                 written = self._write(completions, functools.partial(
                     self.queue.complete_many, completions))
             if written is not None:
                 results, interrupted = written
-                if all(results):
-                    self.outcomes.succeeded(completions)
-                else:
-                    self.outcomes.succeeded([j for j, ok in zip(completions, results,
-                                                                strict=True) if ok])
-                    for job, ok in zip(completions, results, strict=True):
-                        if not ok:
-                            self._record(job, SUCCEEDED, ok, interrupted, "", None)
+                self.outcomes.succeeded([j for j, ok in zip(completions, results, strict=True)
+                                         if ok])
+                for job, ok in zip(completions, results, strict=True):
+                    if not ok:
+                        self._record(job, SUCCEEDED, ok, interrupted, "", None)
         if len(succeeded) < len(mine):
             for o in mine:
                 if o.kind in (RETRY, DEAD):
