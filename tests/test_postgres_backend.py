@@ -109,3 +109,30 @@ def test_prune_reads_a_dependents_state_by_its_id_only() -> None:
     assert "JOIN" not in guard.group(1)
     assert re.search(r"\(SELECT w\.state FROM portq_job AS w WHERE w\.job_id = d\.job_id\)",
                      guard.group(1)), guard.group(1)
+
+
+def test_a_pooled_connection_keeps_one_cursor_through_errors_and_reconnects(
+        queue: portq.Queue, qname: str) -> None:
+    """Each pooled connection runs its transactions on one kept cursor (psycopg makes a
+    cursor's row loaders anew for each new cursor): the same cursor object serves the next
+    transaction, also after a statement failed and was rolled back; a connection the
+    server killed is replaced, with a cursor of its own, and the work goes on."""
+    backend = queue.backend
+    assert backend.keeps_cursor
+    first = backend.run("probe", lambda cur: cur)
+    assert backend.run("probe", lambda cur: cur) is first  # LIFO: the same connection
+    with pytest.raises(portq.DatabaseError):
+        backend.run("bad", lambda cur: cur.execute("SELECT * FROM no_such_table_here"),
+                    retry=False)
+    assert backend.run("probe", lambda cur: cur) is first
+    assert backend.run("one", lambda cur: cur.execute("SELECT 1").fetchall()) == [(1,)]
+    # the server ends that connection: the next operation runs on a new one
+    pid = backend.run("pid", lambda cur: cur.execute("SELECT pg_backend_pid()").fetchone()[0])
+    with psycopg.connect(URL, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    job_id = queue.enqueue(qname, {"n": 1})
+    jobs = queue.claim(qname, "w-kept", limit=5, lease=30)
+    assert [j.id for j in jobs] == [job_id] and jobs[0].payload == {"n": 1}
+    assert backend.run("probe", lambda cur: cur) is not first
+    assert queue.complete(jobs[0])
+    assert counts(queue, qname)["succeeded"] == 1

@@ -66,6 +66,9 @@ class EngineHooks(Protocol):
     single_writer: ClassVar[bool]
     #: one-statement operations run in autocommit, one round trip (:meth:`set_autocommit`)
     autocommit_single: ClassVar[bool]
+    #: a pooled connection keeps one cursor for all its transactions (a new cursor costs
+    #: the driver's per-cursor set-up: psycopg's row loaders)
+    keeps_cursor: ClassVar[bool]
     #: the ``complete_many`` statement releases dependents itself (data-modifying CTEs)
     completes_dependents_in_statement: ClassVar[bool]
     #: how one table is dropped (``{name}``)

@@ -66,6 +66,9 @@ class PostgresBackend(SqlBackend):
     error_codes = _ERROR_CODES
     driver_module = "psycopg"
     autocommit_single = True  # every single=True operation here is one statement
+    #: psycopg: a claim of 20 jobs cost about 20 µs less client CPU on a kept cursor (its
+    #: loaders made once); a client-side cursor holds no server state between uses
+    keeps_cursor = True
     completes_dependents_in_statement = True  # complete_many's CTEs release dependents
 
     def __init__(self, *args: Any, **kw: Any) -> None:

@@ -40,6 +40,24 @@ class Transactions(SqlSession):
         """Switch a pooled connection's autocommit (only where ``autocommit_single``)."""
         conn.autocommit = on
 
+    #: True where a pooled connection keeps one cursor for every transaction run on it
+    #: (:meth:`pooled_cursor`), instead of a new cursor each: psycopg makes a cursor's
+    #: row loaders anew for each cursor, a share of every claim's client CPU
+    keeps_cursor: ClassVar[bool] = False
+
+    def pooled_cursor(self, conn: Any) -> Any:
+        """A cursor for one transaction on a pooled connection: the connection's kept
+        one where :attr:`keeps_cursor` (made on first use, and again once closed), else a
+        new one, which :meth:`transaction` closes."""
+        if not self.keeps_cursor:
+            return conn.cursor()
+        cur = getattr(conn, "_portq_cursor", None)
+        if cur is None or cur.closed:
+            # kept on the connection (psycopg's, or an async runner's bridged one): it
+            # goes when the pool drops the connection
+            cur = conn._portq_cursor = conn.cursor()
+        return cur
+
     def connections(self) -> ConnectionSource:
         """Where this context's transactions take their connections: the backend's own
         pool, or an async runner's inside its operations (:mod:`portq.aio_runner`)."""
@@ -67,11 +85,12 @@ class Transactions(SqlSession):
                     progress.committing = True
             else:
                 self.begin(conn, write)
-            cur = conn.cursor()
+            cur = self.pooled_cursor(conn)
             try:
                 yield cur
             finally:
-                close_quietly(cur)
+                if not self.keeps_cursor:
+                    close_quietly(cur)
             if auto:
                 return
             if not commit:
