@@ -336,6 +336,7 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
     if python is not None:
         runs["pgqueuer"] = []
     wide: dict[str, list[float]] = {"io": [], "noop": []}
+    ceiling: dict[str, list[float]] = {front: [] for front in bench.CEILING_FRONTS}
     load = [os.getloadavg()[0]]
     with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
         bench.drop_tables(queue.backend)
@@ -347,6 +348,8 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
                     queue, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS))
                 _record(out, "portq async", bench.async_throughput_run(
                     queue, PG_URL, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS))
+                for front in bench.CEILING_FRONTS:
+                    ceiling[front].append(bench.sleep_ceiling(front, IO_SLOTS, IO_JOB_MS, jobs))
                 wide["io"].append(bench.async_throughput_run(
                     queue, PG_URL, jobs * IO_WIDE_SLOTS // IO_SLOTS, IO_WIDE_SLOTS, None,
                     job_ms=IO_JOB_MS)["jobs_per_s"])
@@ -371,6 +374,7 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
             bench.drop_tables(queue.backend)
     return {"slots": IO_SLOTS, "job_ms": IO_JOB_MS, "jobs": jobs,
             "ideal": IO_SLOTS * 1000 / IO_JOB_MS, "runs": runs, "cpu": out[1], "loadavg": load,
+            "ceiling": ceiling,
             "wide": {"slots": IO_WIDE_SLOTS, "jobs": jobs * IO_WIDE_SLOTS // IO_SLOTS,
                      "ideal": IO_WIDE_SLOTS * 1000 / IO_JOB_MS, **wide}}
 
@@ -388,19 +392,47 @@ def io_section(res: dict[str, Any]) -> list[str]:
              f"waiting {io['job_ms']:g} ms (ideal {ideal:,.0f} jobs/s); "
              f"{len(next(iter(io['runs'].values())))} interleaved rounds; load average "
              f"{', '.join(f'{x:.1f}' for x in io['loadavg'])} (before, after each round). "
-             "Targets: each front >= 85% of the ideal and >= 1.5x pgqueuer.", "",
-             "| contender | median jobs/s | spread (min-max) | % of ideal | vs pgqueuer | "
-             "verdict |", "|---|---|---|---|---|---|"]
+             "Targets: each front >= 85% of the ideal and >= 1.5x pgqueuer. The bare "
+             "ceiling is its front's own in the same rounds (`portq.bench.sleep_ceiling`: "
+             "as many threads, or asyncio tasks, doing nothing but the wait).", "",
+             "| contender | median jobs/s | spread (min-max) | % of ideal | % of its bare "
+             "ceiling | vs pgqueuer | verdict |", "|---|---|---|---|---|---|---|"]
+    ceilings = {front: statistics.median(v) for front, v in io.get("ceiling", {}).items() if v}
     for name, values in io["runs"].items():
         if not values:
             continue
         med = statistics.median(values)
         versus = f"{med / pgq:.2f}x" if pgq and name != "pgqueuer" else ""
+        bare = ceilings.get(IO_FRONT_OF[name])
+        of_bare = f"{100 * med / bare:.0f}%" if bare else ""
         ok = med >= 0.85 * ideal and (pgq is None or med >= 1.5 * pgq)
         verdict = "" if name == "pgqueuer" else ("met" if ok else "missed")
         lines.append(f"| {name} | {med:,.0f} | {min(values):,.0f}-{max(values):,.0f} | "
-                     f"{100 * med / ideal:.0f}% | {versus} | {verdict} |")
-    return lines + wide_io_lines(io.get("wide"))
+                     f"{100 * med / ideal:.0f}% | {of_bare} | {versus} | {verdict} |")
+    return lines + ceiling_lines(io, pgq) + wide_io_lines(io.get("wide"))
+
+
+#: which bare ceiling (:data:`portq.bench.CEILING_FRONTS`) each I/O contender runs on
+IO_FRONT_OF = {"portq worker": "threads", "portq async": "asyncio", "pgqueuer": "asyncio"}
+
+
+def ceiling_lines(io: dict[str, Any], pgq: float | None) -> list[str]:
+    """The bare ceilings of the rounds, and whether 1.5x pgqueuer lies under each."""
+    runs = {front: v for front, v in io.get("ceiling", {}).items() if v}
+    if not runs:
+        return []
+    parts = [f"{front} {statistics.median(v):,.0f} jobs/s ({min(v):,.0f}-{max(v):,.0f}, "
+             f"{100 * statistics.median(v) / io['ideal']:.0f}% of the ideal)"
+             for front, v in runs.items()]
+    line = f"Bare ceilings, medians of the rounds: {'; '.join(parts)}."
+    if pgq:
+        need = 1.5 * pgq
+        above = [front for front, v in runs.items() if statistics.median(v) < need]
+        line += (f" 1.5x pgqueuer is {need:,.0f} jobs/s" +
+                 (f", above the bare {' and '.join(above)} ceiling: no queue on that front "
+                  "could reach it on this machine." if above else
+                  ", under every bare ceiling."))
+    return ["", line]
 
 
 def wide_io_lines(wide: dict[str, Any] | None) -> list[str]:

@@ -340,3 +340,53 @@ def test_cpu_meter_counts_a_server_process_that_ended_between_samples(tmp_path: 
         proc.wait()
     # 0.15 s of the child's CPU (counted in 10 ms ticks), per 1,000 jobs: >= 130 µs a job
     assert f["server_cpu_us_per_job"] >= 130, f
+
+
+@pytest.mark.parametrize("front", bench.CEILING_FRONTS)
+def test_sleep_ceiling_runs_every_job_once_at_most_at_the_ideal(front: str) -> None:
+    """The bare ceiling of an I/O-bound workload: ``slots`` threads or tasks taking ``jobs``
+    waits of ``job_ms`` between them. It cannot beat slots / wait (every wait is whole),
+    and the slots wait side by side (one slot would take jobs x wait)."""
+    slots, job_ms, jobs = 4, 20.0, 40
+    rate = bench.sleep_ceiling(front, slots, job_ms, jobs)
+    ideal = slots * 1000 / job_ms  # 200 jobs/s
+    serial = 1000 / job_ms  # one slot: 50 jobs/s
+    assert 2 * serial < rate <= ideal * 1.01
+
+
+def test_sleep_ceiling_names_a_bad_front_or_size() -> None:
+    with pytest.raises(ValueError, match="unknown front 'greenlets'; use threads, asyncio"):
+        bench.sleep_ceiling("greenlets", 4, 5.0, 10)
+    with pytest.raises(ValueError, match="slots >= 1"):
+        bench.sleep_ceiling("threads", 0, 5.0, 10)
+
+
+def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
+    """The I/O-bound section of docs/benchmarks.md: each contender's share of its own
+    front's bare ceiling (threads for the Worker, asyncio for the AsyncWorker and
+    pgqueuer), and whether 1.5x pgqueuer lies above a ceiling (then no queue on that
+    front could reach it)."""
+    import importlib
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        run = importlib.import_module("run")
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    io = {"slots": 40, "job_ms": 5.0, "jobs": 1000, "ideal": 8000.0, "loadavg": [1.0, 1.0],
+          "runs": {"portq worker": [7000.0, 7200.0, 7100.0],
+                   "portq async": [6900.0, 6800.0, 7000.0],
+                   "pgqueuer": [5000.0, 5100.0, 4900.0]},
+          "ceiling": {"threads": [7800.0, 7900.0, 7850.0],
+                      "asyncio": [7400.0, 7450.0, 7500.0]}}
+    text = "\n".join(run.io_section({"io": io}))
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
+            for line in text.splitlines() if line.startswith("| p")}
+    assert rows["portq worker"][4] == "90%"   # 7,100 of the threads' 7,850
+    assert rows["portq async"][4] == "93%"    # 6,900 of asyncio's 7,450
+    assert rows["pgqueuer"][4] == "67%"       # 5,000 of asyncio's 7,450
+    assert "1.5x pgqueuer is 7,500 jobs/s, above the bare asyncio ceiling" in text
+    io["runs"]["pgqueuer"] = [4600.0]
+    assert "1.5x pgqueuer is 6,900 jobs/s, under every bare ceiling." in \
+        "\n".join(run.io_section({"io": io}))

@@ -26,6 +26,7 @@ Every statement it runs beyond the backend's own comes from ``dialects/<engine>/
 
 from __future__ import annotations
 
+from portq.bench.ceiling import CEILING_FRONTS, sleep_ceiling
 from portq.bench.claims import (
                                 DEFAULT_SIZES,
                                 KEYED_JOBS,
@@ -92,15 +93,16 @@ from portq.bench.table import (
 )
 
 __all__ = [
-    "BENCH_PREFIX", "BULK_CHUNK", "CLAIM_LIMIT", "CORE_BOUND_PCT", "CPU_BOUND_PCT",
-    "DEFAULT_BATCHES", "DEFAULT_JOBS", "DEFAULT_MODES", "DEFAULT_SCENARIOS", "DEFAULT_SIZES",
-    "DEFAULT_WORKERS", "FILL_CHUNK", "GROWTH_READY", "GROWTH_ROWS", "KEYED_JOBS", "KEYS",
-    "LIMITED_MAX_RUNNING", "METER_SAMPLE_S", "MODES", "PICKUP_AFTER_QUIET", "PICKUP_GAP_S",
-    "PICKUP_JOBS", "PICKUP_QUIET_S", "PLANNED_ENGINES", "QUEUE_COUNT", "RAW_COMPLETES",
-    "RUN_OPTIONS", "SAMPLE_S", "SCENARIOS", "ClaimPlan", "CpuMeter", "analyze_table", "as_json",
+    "BENCH_PREFIX", "BULK_CHUNK", "CEILING_FRONTS", "CLAIM_LIMIT", "CORE_BOUND_PCT",
+    "CPU_BOUND_PCT", "DEFAULT_BATCHES", "DEFAULT_JOBS", "DEFAULT_MODES",
+    "DEFAULT_SCENARIOS", "DEFAULT_SIZES", "DEFAULT_WORKERS", "FILL_CHUNK", "GROWTH_READY",
+    "GROWTH_ROWS", "KEYED_JOBS", "KEYS", "LIMITED_MAX_RUNNING", "METER_SAMPLE_S", "MODES",
+    "PICKUP_AFTER_QUIET", "PICKUP_GAP_S", "PICKUP_JOBS", "PICKUP_QUIET_S",
+    "PLANNED_ENGINES", "QUEUE_COUNT", "RAW_COMPLETES", "RUN_OPTIONS", "SAMPLE_S",
+    "SCENARIOS", "ClaimPlan", "CpuMeter", "analyze_table", "as_json",
     "async_throughput_run", "bulk_enqueue", "claim_latency", "claim_params", "clear_queue",
     "complete_claim_sql", "cpu_bound", "db_clock", "drop_tables", "enqueue_rates",
-    "explain_claim", "fill_jobs", "growth", "machine", "meter", "mode_options", "parse_sizes",
-    "percentile", "pickup", "process_bound", "processes_run", "processes_sweep",
-    "raw_completes", "raw_throughput_run", "run", "server_version", "settle", "throughput",
-    "throughput_run", "time_claim"]
+    "explain_claim", "fill_jobs", "growth", "machine", "meter", "mode_options",
+    "parse_sizes", "percentile", "pickup", "process_bound", "processes_run",
+    "processes_sweep", "raw_completes", "raw_throughput_run", "run", "server_version",
+    "settle", "sleep_ceiling", "throughput", "throughput_run", "time_claim"]
