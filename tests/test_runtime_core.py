@@ -17,6 +17,7 @@ from portq.conformance.helpers import claim_sizes, counts
 from portq.job import Job
 from portq.runtime.core import FUTILE_GIVE_BACKS, Runtime
 from portq.runtime.options import WorkerOptions, settle
+from portq.runtime.writer import WRITE_LINGER_S
 
 
 class DeadSlots:
@@ -349,3 +350,32 @@ def test_a_single_writer_worker_claims_a_batch_of_four_loops(
     assert max(sizes) <= worker.runtime.claim_batch, sizes
     if single:
         assert max(sizes) > 20, sizes
+
+
+def test_the_writer_waits_for_a_batch_only_where_one_gathers_and_no_slot_waits(
+        queue: portq.Queue, qname: str) -> None:
+    """How long the writer waits for a batch once an outcome waits (``_linger``): a
+    claim's worth of run time, at most half the slots' worth and at most
+    ``WRITE_LINGER_S``; none for short jobs (a batch fills while the last one is
+    written), none for few slots of long jobs (nothing would gather), none where waiting
+    outcomes hold slots (a single writer, SQLite), and the deprecated ``ack_delay`` when
+    it is given."""
+    def linger(concurrency: int, job_s: float | None, **extra: Any) -> float:
+        options = WorkerOptions(concurrency=concurrency, reap_interval=None,
+                                prune_interval=None, **extra)
+        runtime = Runtime(queue, [qname], lambda job: None, settle(options, queue.backend),
+                          worker_id="linger:1:0")
+        if job_s is not None:
+            runtime.lookahead.job_ran(job_s)
+        return runtime._linger()
+
+    if queue.backend.capabilities.single_writer:
+        assert linger(40, 0.005) == 0.0  # its outcomes hold their slots: written at once
+        return
+    assert linger(40, None) == 0.0  # nothing known yet
+    # 40 slots of 5 ms jobs: 20 of them (half the slots) finish in 2.5 ms
+    assert linger(40, 0.005) == pytest.approx(0.0025)
+    assert linger(40, 0.02) == WRITE_LINGER_S  # 10 ms for 20: capped
+    assert linger(4, 0.00001) == 0.0  # no-op jobs: 20 finish in 50 µs
+    assert linger(4, 1.0) == 0.0  # 2 more take 0.5 s: nothing to gather
+    assert linger(40, 0.005, ack_delay=0.05) == 0.05

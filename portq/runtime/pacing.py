@@ -145,6 +145,12 @@ class LookAhead:
         if abs(job_s - self._sized_for) > 0.1 * self._sized_for:  # worth working out again
             self._size = None
 
+    def seconds_to_finish(self, jobs: int) -> float:
+        """How long the handlers take, on average, to finish ``jobs`` jobs between them
+        (0 until one has finished)."""
+        job = self._job_s
+        return 0.0 if job is None else jobs * job / self.concurrency
+
     def jobs_shorter_than(self, seconds: float) -> bool:
         """Whether handlers have run, on average, less than ``seconds`` a job."""
         return self._job_s is not None and self._job_s < seconds

@@ -15,6 +15,16 @@ from portq.runtime.execution import DEAD, RELEASE, RETRY, SNOOZE, SUCCEEDED, Out
 from portq.runtime.ledger import Ledger
 from portq.runtime.pacing import BATCH_LIMIT
 
+#: the longest a writer waits for a batch of outcomes to gather (:meth:`Writer._linger`):
+#: 40 slots of 5 ms jobs on PostgreSQL wrote about 40 completions a statement instead of
+#: 8-10, for a median 91 µs of client CPU a job instead of 112, and 6,980 jobs/s against
+#: 6,770 (medians of 6 interleaved pairs of runs)
+WRITE_LINGER_S = 0.003
+#: a wait shorter than this gathers too little to pay for the timed wait itself: none
+WRITE_LINGER_MIN_S = 0.0005
+#: no wait unless at least this many more outcomes come within :data:`WRITE_LINGER_S`
+WRITE_LINGER_GATHERS = 2
+
 
 class Writer(Ledger):
     """Writes the outcomes handed over by the handler slots (see the module)."""
@@ -23,9 +33,28 @@ class Writer(Ledger):
         """A writer: write the outcomes the handler slots handed over, the completions of
         a batch (up to ``BATCH_LIMIT``) in one statement; once the mailbox is closed,
         write what is left, then stop."""
-        while outcomes := self._writes.get_batch(BATCH_LIMIT, self.settings.ack_delay):
+        while outcomes := self._writes.get_batch(BATCH_LIMIT, self._linger()):
             self._write_outcomes(outcomes)
             self._wake.set()
+
+    def _linger(self) -> float:
+        """How long the writer waits for a batch to gather once an outcome waits: the
+        deprecated ``ack_delay`` when given; else, where a waiting outcome holds no slot
+        (:attr:`ack_allowance`), the time the handlers take to finish a claim's worth of
+        jobs, at most :data:`WRITE_LINGER_S` (many slots of I/O-bound jobs finish a few
+        at a time: a statement each would cost a round trip's CPU per few jobs), and none
+        when that is under :data:`WRITE_LINGER_MIN_S` (short jobs fill a batch while the
+        last one is written)."""
+        s = self.settings
+        if s.options.ack_delay is not None or not self.ack_allowance:
+            return s.ack_delay
+        finish = self.lookahead.seconds_to_finish
+        if finish(WRITE_LINGER_GATHERS) > WRITE_LINGER_S:
+            return 0.0  # few slots of long jobs: a wait would gather nothing, only delay
+        # half the allowance at most: the batch gathering and the one being written must
+        # not hold slots between them (the line ran dry: gaps of 3-6 ms between jobs)
+        linger = min(WRITE_LINGER_S, finish(min(self.claim_batch, self.ack_allowance // 2)))
+        return linger if linger >= WRITE_LINGER_MIN_S else 0.0
 
     def _write_outcomes(self, outcomes: Sequence[Outcome]) -> int:
         """Write handed-over outcomes: results first (each in its own transaction), then
