@@ -159,6 +159,8 @@ PROPERTIES = (
              "claims", (
                  "test_a_slow_completion_write_frees_its_handler_slot_and_a_stalled_writer_"
                  "holds_claims",)),
+    Property("many slots of short I/O-bound jobs write their completions in batches", (
+        "test_many_slots_of_short_io_bound_jobs_write_their_completions_in_batches",)),
     Property("stored results", (
         "test_result_round_trips_once_the_job_succeeded",
         "test_no_result_reads_as_none",
