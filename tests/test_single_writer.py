@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import claim_sizes, counts, quiet_worker, running, wait_until
+from portq.conformance.helpers import (
+    claim_sizes,
+    completion_sizes,
+    counts,
+    quiet_worker,
+    running,
+    wait_until,
+)
 from portq.job import Job
 from portq.runtime.claiming import SINGLE_WRITER_CLAIMS_PER_WRITE
 from portq.runtime.pacing import BATCH_LIMIT
@@ -25,14 +32,6 @@ def single(queue: portq.Queue) -> Iterator[portq.Queue]:
     yield queue
 
 
-def completion_sizes(queue: portq.Queue) -> tuple[list[int], Any]:
-    sizes: list[int] = []
-    complete_many = queue.complete_many
-
-    def counted(jobs: list[Job]) -> list[bool]:
-        sizes.append(len(jobs))
-        return complete_many(jobs)
-    return sizes, counted
 
 
 FRONTS = pytest.mark.parametrize("worker_front", ["Worker", "AsyncWorker"], indirect=True)
@@ -51,15 +50,10 @@ def test_completions_of_several_claims_go_in_one_statement(single: portq.Queue,
     few slots are free for a whole claim (outcomes hold theirs)."""
     queue = single
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(600)])
-    sizes, counted = completion_sizes(queue)
-    queue.complete_many = counted  # type: ignore[method-assign]
     worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, batch=10,
                           burst=True, idle_min=0.01, idle_max=0.05, registry_interval=None)
-    try:
-        with claim_sizes(queue) as claims:
-            assert worker.run().succeeded == 600
-    finally:
-        del queue.complete_many
+    with completion_sizes(queue) as sizes, claim_sizes(queue) as claims:
+        assert worker.run().succeeded == 600
     assert sum(sizes) == 600
     assert max(sizes) > 10, sizes
     assert max(sizes) <= BATCH_LIMIT, sizes

@@ -21,7 +21,7 @@ import portq
 from portq.aio import AsyncQueue, AsyncWorker
 from portq.backends.contract import ErrorKind
 from portq.conformance import NOT_APPLICABLE
-from portq.job import Job
+from portq.job import Claim, Job
 from portq.runtime.counters import WorkerCounters
 from portq.worker import Worker
 
@@ -193,6 +193,23 @@ def claim_sizes(queue: portq.Queue) -> Iterator[list[int]]:
         yield sizes
     finally:
         del queue.claim
+
+
+@contextmanager
+def completion_sizes(queue: portq.Queue) -> Iterator[list[int]]:
+    """How many jobs each ``queue.complete_many`` was given while inside (the worker's
+    own completion statements, through the real backend)."""
+    sizes: list[int] = []
+    complete_many = queue.complete_many
+
+    def counted(jobs: Sequence[Job | Claim]) -> list[bool]:
+        sizes.append(len(jobs))
+        return complete_many(jobs)
+    queue.complete_many = counted  # type: ignore[method-assign]
+    try:
+        yield sizes
+    finally:
+        del queue.complete_many
 
 
 def wait_for_succeeded(queue: portq.Queue, names: Sequence[str], n: int,

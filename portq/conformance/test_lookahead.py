@@ -14,6 +14,7 @@ import pytest
 
 import portq
 from portq.conformance.helpers import (
+    completion_sizes,
     counts,
     not_applicable,
     quiet_worker,
@@ -125,21 +126,10 @@ def test_many_slots_of_short_io_bound_jobs_write_their_completions_in_batches(
                        "worth at a time: tests/test_single_writer.py")
     total, concurrency = 800, 40
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
-    sizes: list[int] = []
-    complete_many = queue.complete_many
-
-    def counted(jobs: Sequence[Job | Claim]) -> list[bool]:
-        sizes.append(len(jobs))
-        return complete_many(jobs)
-
-    queue.complete_many = counted  # type: ignore[method-assign]
     worker = quiet_worker(queue, qname, lambda job: time.sleep(0.005),
                           concurrency=concurrency, lease=30, idle_min=0.01, idle_max=0.05)
-    try:
-        with running(worker):
-            assert wait_until(lambda: counts(queue, qname)["succeeded"] == total, timeout=60)
-    finally:
-        del queue.complete_many
+    with completion_sizes(queue) as sizes, running(worker):
+        assert wait_until(lambda: counts(queue, qname)["succeeded"] == total, timeout=60)
     assert worker.counters.succeeded == total and worker.counters.lost == 0
     # half the slots a statement at least (here 37-48; without the wait PostgreSQL wrote
     # 9-13.5, MariaDB's AsyncWorker 14-16.5 and its Worker, whose writes are slower and
