@@ -15,7 +15,6 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from types import FrameType
 from typing import Any
 
 from portq.job import Job
@@ -43,6 +42,7 @@ from portq.runtime.pacing import (
     Pacing,
     claim_batch,
 )
+from portq.runtime.signals import relay_signals
 from portq.runtime.threaded import ThreadExecutor
 
 __all__ = [
@@ -87,10 +87,13 @@ class Worker(WorkerFront):
         return self.counters
 
     def _install_signal_handlers(self) -> Callable[[], None] | None:
+        """SIGTERM/SIGINT stop the worker, a second one ends the process at once; handled
+        on a thread of their own (:func:`relay_signals`: the main thread may hold a lock
+        that stopping takes)."""
         if threading.current_thread() is not threading.main_thread():
             return None
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
+        def on_signal(signum: int) -> None:
             self._signals += 1
             if self._signals > 1:
                 log.error("worker.killed worker=%s: second signal, exiting at once",
@@ -99,10 +102,4 @@ class Worker(WorkerFront):
             log.info("worker.stopping worker=%s signal=%s grace=%gs",
                      self.worker_id, signal.Signals(signum).name, self.grace)
             self.stop()
-
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-
-        def restore() -> None:
-            for s, h in previous.items():
-                signal.signal(s, h)
-        return restore
+        return relay_signals(on_signal)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, run_portq, wait_until
+from portq.conformance.helpers import counts, exit_code, run_portq, wait_until
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import processes, worker_process
 from portq.conformance.worker_handlers import read_records
@@ -50,12 +50,12 @@ def spans_of_workers(engine_url: str, queue: portq.Queue, qname: str, tmp_path: 
                           timeout=timeout)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(30)
+        codes = [exit_code(proc, log, 30) for proc in procs]
     assert done, (counts(queue, qname), log.read_text()[-3000:])
     spans = read_records(record)
     assert sorted(s["job_id"] for s in spans) == sorted(ids)
     assert len({s["pid"] for s in spans}) >= 2  # the limit held across processes
+    assert codes == [0] * processes_n, (codes, log.read_text()[-3000:])
     return spans
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import portq
-from portq.conformance.helpers import counts, run_portq, wait_until
+from portq.conformance.helpers import counts, exit_code, run_portq, wait_until
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import processes, wait_for_records, worker_process
 from portq.conformance.worker_handlers import read_records
@@ -80,8 +80,8 @@ def test_pause_reaches_every_worker_process_within_a_poll(
             counts(queue, qname)
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            assert proc.wait(30) == 0
+        assert [exit_code(proc, log, 30) for proc in procs] == [0] * len(procs), \
+            log.read_text()[-3000:]
     assert sorted(r["job_id"] for r in read_records(record)) == sorted(
         j.id for j in queue.jobs("succeeded", queue=qname, limit=n))
 
