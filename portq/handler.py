@@ -27,11 +27,13 @@ import functools
 import inspect
 import queue
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
 from portq.job import Job
+from portq.runtime.execution import LATE_FOR_RATE_LIMIT, LateStart
 from portq.runtime.middleware import Middleware, Step, step_of, steps_of
 from portq.runtime.progress import ProgressWriter
 
@@ -137,7 +139,7 @@ class HandlerRunner:
         waits for it."""
         if i == len(chain):
             if on_loop:
-                return await self._call_async(job)
+                return await self._call_async(job, first=False)
             result = self.handler(job)  # this thread's own loop: blocking it is fine
             return await _cancellable(result, job) if inspect.isawaitable(result) else result
         step = chain[i]
@@ -150,7 +152,8 @@ class HandlerRunner:
 
         def call_next() -> Any:
             return asyncio.run_coroutine_threadsafe(rest(), loop).result()
-        return await self._threads.run(lambda j: step.fn(j, call_next), job)
+        return await self._threads.run(lambda j: step.fn(j, call_next), job,
+                                       first=on_loop and i == 0)
 
     def _runner(self) -> asyncio.Runner:
         runner: asyncio.Runner | None = getattr(self._local, "runner", None)
@@ -173,20 +176,21 @@ class HandlerRunner:
         try:
             chain = self.chain(job)
             return await (self._astep(chain, 0, job, True) if chain else
-                          self._call_async(job))
+                          self._call_async(job, first=True))
         finally:
             self._detach(job)
 
-    async def _call_async(self, job: Job) -> Any:
+    async def _call_async(self, job: Job, first: bool) -> Any:
         """Await the handler in the calling task (a plain one runs on one of this
-        runner's threads meanwhile, :class:`HandlerThreads`, and is awaited to its end).
+        runner's threads meanwhile, :class:`HandlerThreads`, and is awaited to its end;
+        ``first``: no middleware ran before it).
         When the worker learns that an operator cancelled ``job`` while it awaits the
         handler's awaitable, the calling task is cancelled: the handler, and this call,
         raise :class:`asyncio.CancelledError`; that cancel is taken back (``uncancel``)
         before this returns or raises, so that the caller's ``task.cancelling()`` counts
         only the cancels of others (its shutdown)."""
         result = self.handler(job) if self.is_async else \
-            await self._threads.run(self.handler, job)
+            await self._threads.run(self.handler, job, first=first)
         if not inspect.isawaitable(result):
             return result
         task = asyncio.current_task()
@@ -255,8 +259,11 @@ class HandlerThreads:
         self._idle = 0  # threads waiting for a call that no submitted call has claimed
         self._started = 0
 
-    async def run(self, fn: Callable[[Job], Any], job: Job) -> Any:
-        """``fn(job)`` on one of the threads (with this task's context variables)."""
+    async def run(self, fn: Callable[[Job], Any], job: Job, *, first: bool = False) -> Any:
+        """``fn(job)`` on one of the threads (with this task's context variables).
+        ``first``: ``fn`` is the job's first code; if the job's ``start_by`` (a rate
+        limit's guard) passed while the call waited for a thread, it raises
+        :class:`LateStart` instead of calling ``fn`` (the job is given back unstarted)."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[Any] = loop.create_future()
         context = contextvars.copy_context()
@@ -271,6 +278,8 @@ class HandlerThreads:
 
         def call() -> Callable[[], None]:
             try:
+                if first and job.start_by is not None and time.monotonic() > job.start_by:
+                    raise LateStart(LATE_FOR_RATE_LIMIT)
                 outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 outcome = (exc, None)

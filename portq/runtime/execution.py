@@ -49,6 +49,14 @@ class Snooze(Exception):
         super().__init__(reason or f"snoozed for {self.delay:g}s")
 
 
+class LateStart(BaseException):
+    """Raised in place of a job's first code on one of the asyncio front's handler threads
+    when the job's rate-limited claim's ``start_by`` passed while the call waited for that
+    thread (:meth:`portq.handler.HandlerThreads.run`): the job is given back unstarted, its
+    attempt too, as :func:`start_refusal` would have. A ``BaseException``, so that
+    middleware catching ``Exception`` lets it through."""
+
+
 class Outcome(NamedTuple):
     """What to write for one job: ``succeeded`` (with ``result``, the return value's JSON
     text, or None), ``retry`` after ``retry_in`` seconds, ``dead``, ``release`` (given

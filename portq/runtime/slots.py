@@ -9,7 +9,15 @@ import time
 from typing import Any
 
 from portq.job import Job
-from portq.runtime.execution import DEAD, RELEASE, SUCCEEDED, Outcome, outcome_of, start_refusal
+from portq.runtime.execution import (
+    DEAD,
+    RELEASE,
+    SUCCEEDED,
+    LateStart,
+    Outcome,
+    outcome_of,
+    start_refusal,
+)
 from portq.runtime.ledger import Ledger
 
 #: handlers shorter than this on average are served by whichever handler thread is awake,
@@ -66,6 +74,11 @@ class HandlerSlots(Ledger):
                seconds: float) -> None:
         """A handler ran ``job`` for ``seconds`` and returned ``result`` or raised
         ``exc``: decide the outcome and hand it to the writer; the slot is free."""
+        if isinstance(exc, LateStart):  # it never started: given back (HandlerThreads)
+            with self._lock:
+                self._running.pop(job.id, None)  # no timeout runs for it
+            self._hand_over(job, Outcome(job, RELEASE, str(exc)), returned=True)
+            return
         try:
             outcome = Outcome(job, SUCCEEDED) if exc is None and result is None and \
                 not job._cancel.is_set() else \
