@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from portq.errors import ConfigurationError
 from portq.job import Job
-from portq.runtime.execution import LATE_FOR_RATE_LIMIT, LateStart
+from portq.runtime.execution import LATE_FOR_RATE_LIMIT, LateStart, past_rate_guard
 from portq.runtime.middleware import Middleware, Step, step_of, steps_of
 from portq.runtime.progress import ProgressWriter
 
@@ -278,7 +278,7 @@ class HandlerThreads:
 
         def call() -> Callable[[], None]:
             try:
-                if first and job.start_by is not None and time.monotonic() > job.start_by:
+                if first and past_rate_guard(job, time.monotonic()):
                     raise LateStart(LATE_FOR_RATE_LIMIT)
                 outcome: tuple[BaseException | None, Any] = (None, context.run(fn, job))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task

@@ -32,8 +32,6 @@ def single(queue: portq.Queue) -> Iterator[portq.Queue]:
     yield queue
 
 
-
-
 FRONTS = pytest.mark.parametrize("worker_front", ["Worker", "AsyncWorker"], indirect=True)
 
 

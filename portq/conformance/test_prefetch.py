@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 
 import pytest
 
 import portq
 from portq.conformance.helpers import (
     PeakHandler,
+    completion_sizes,
     counts,
     quiet_worker,
     running,
@@ -25,7 +25,7 @@ from portq.conformance.helpers import (
     wait_for_succeeded,
     wait_until,
 )
-from portq.job import Claim, Job
+from portq.job import Job
 
 
 def test_prefetch_owns_at_most_concurrency_plus_prefetch(queue: portq.Queue,
@@ -122,22 +122,11 @@ def test_prefetched_jobs_keep_their_lease_while_they_wait(queue: portq.Queue,
 
 def test_deferred_acks_are_batched_and_written_once(queue: portq.Queue, qname: str) -> None:
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(60)])
-    batches: list[int] = []
-    complete_many = queue.complete_many
-
-    def counted(jobs: Sequence[Job | Claim]) -> list[bool]:  # the real write, counted
-        batches.append(len(jobs))
-        return complete_many(jobs)
-
-    queue.complete_many = counted  # type: ignore[method-assign]
     worker = quiet_worker(queue, qname, lambda job: None, concurrency=4, prefetch=8,
                           ack_delay=0.05, lease=30, idle_min=0.01, idle_max=0.05)
-    try:
-        with running(worker):
-            finished, most_running = wait_for_succeeded(queue, [qname], 60, timeout=30)
-            assert finished
-    finally:
-        del queue.complete_many
+    with completion_sizes(queue) as batches, running(worker):
+        finished, most_running = wait_for_succeeded(queue, [qname], 60, timeout=30)
+        assert finished
     # a job whose ack waits is still owned: it counts against concurrency + prefetch
     assert most_running <= 12, f"database showed {most_running} running (capacity 12)"
     assert worker.counters.succeeded == 60 and worker.counters.lost == 0

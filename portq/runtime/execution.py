@@ -71,6 +71,13 @@ class Outcome(NamedTuple):
     result: str | None = None
 
 
+def past_rate_guard(job: Job, now: float) -> bool:
+    """Whether ``job`` came from a rate-limited claim whose ``start_by`` had passed at
+    ``now`` (``time.monotonic()``): it must not start, lest the limit be exceeded in some
+    window of start times."""
+    return job.start_by is not None and now > job.start_by
+
+
 def start_refusal(job: Job, leased_at: float | None, lease: float) -> str | None:
     """Why ``job`` must not start now (it is given back instead), or None: a rate-limited
     claim's job past its ``start_by`` (starting it could exceed the limit in some window),
@@ -78,7 +85,7 @@ def start_refusal(job: Job, leased_at: float | None, lease: float) -> str | None
     claim or the last renewal that succeeded was sent (a claim whose commit stalled must
     not start jobs that another worker's reaper may already be handing out)."""
     now = time.monotonic()
-    if job.start_by is not None and now > job.start_by:
+    if past_rate_guard(job, now):
         return LATE_FOR_RATE_LIMIT
     if leased_at is not None and now > leased_at + lease / 2:
         return LATE_FOR_LEASE
