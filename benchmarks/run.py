@@ -721,6 +721,31 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: the ratio targets read from rounds: (ratio key, engine of the rounds, contender, over)
+PAIRED = (("worker_vs_pgqueuer", "postgres", "portq worker", "pgqueuer"),
+          ("worker_vs_procrastinate", "postgres", "portq worker", "procrastinate"),
+          ("worker_vs_raw", "postgres", "portq worker", "raw complete_many"),
+          ("async_vs_worker", "postgres", "portq async", "portq worker"),
+          ("worker_vs_raw_mysql", "mysql", "portq worker", "raw complete_many"),
+          ("worker_vs_raw_sqlite", "sqlite", "portq worker", "raw complete_many"))
+
+
+def paired_ratios(res: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """For each ratio target read from rounds: the ratio of the two contenders within each
+    round (they ran one after the other), as its median, lowest and highest. Pairing
+    leaves out how the machine's speed drifted from one round to the next, which the ratio
+    of the two medians keeps (those may come from different rounds)."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for key, engine, mine, over in PAIRED:
+        rounds = res.get("head_to_head", {}) if engine == "postgres" else \
+            res.get("engine_rounds", {}).get(engine, {})
+        pairs = [a / b for a, b in zip(rounds.get(mine) or [], rounds.get(over) or [],
+                                       strict=False) if a and b]
+        if pairs:
+            out[key] = (statistics.median(pairs), min(pairs), max(pairs))
+    return out
+
+
 def verdict(r: dict[str, Any]) -> str:
     """One sentence: which targets this run's ratios met and missed."""
     met: list[str] = []
@@ -847,21 +872,31 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               f"Every ratio below comes from this run's {r['from']}"
               + (" and the SQLite and MariaDB rounds: every contender ran in every round."
                  if r["from"].startswith("head")
-                 else " (this run had no rounds).") + " " + verdict(r), "",
-              "| target | this run |", "|---|---|"]
+                 else " (this run had no rounds).") + " " + verdict(r) + " The verdicts "
+              "read the second column, one contender's median over the other's; the third "
+              "pairs the two within each round (one ran right after the other) and gives "
+              "those ratios' median and range, which leaves out how the machine's speed "
+              "drifted between rounds. It is shown, not judged.", "",
+              "| target | this run | each round's own ratio: median [range] |",
+              "|---|---|---|"]
+    paired = paired_ratios(res) if r["from"].startswith("head") else {}
     for key, _, target, _, fmt in TARGETS:
         value = r.get(key)
-        lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} |")
+        pair = paired.get(key)
+        each = f"{fmt.format(round(pair[0], 2))} [{fmt.format(round(pair[1], 2))}-" \
+            f"{fmt.format(round(pair[2], 2))}]" if pair else "-"
+        lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} | "
+                     f"{each} |")
     for engine, _, target, _ in PICKUP_TARGETS:
         value = r.get(f"pickup_p99_{engine}")
-        lines.append(f"| {target} | {f'{value:g} ms' if value is not None else '-'} |")
+        lines.append(f"| {target} | {f'{value:g} ms' if value is not None else '-'} | - |")
     if r.get("bulk_enqueue"):
         lines.append(f"| PostgreSQL bulk enqueue (no target) | {r['bulk_enqueue']:,.0f} "
-                     "jobs/s |")
+                     "jobs/s | - |")
     if r.get("complete_claim_vs_complete_many"):
         lines.append("| PostgreSQL raw `complete_claim` / raw `complete_many` (no target: "
                      "the ceiling raised by one round trip per batch) | "
-                     f"{r['complete_claim_vs_complete_many']:.0%} |")
+                     f"{r['complete_claim_vs_complete_many']:.0%} | - |")
     lines.append("")
     for engine, rates in res.get("engine_rounds_enqueue", {}).items():
         if rates:

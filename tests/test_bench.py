@@ -402,3 +402,27 @@ def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
     io["runs"]["pgqueuer"] = [4600.0]
     assert "1.5x pgqueuer is 6,900 jobs/s, under every bare ceiling." in \
         "\n".join(run.io_section({"io": io}))
+
+
+def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
+    """docs/benchmarks.md's targets table: beside one contender's median over the other's,
+    the ratio of the two within each round (its median and range), by round; a target
+    whose contenders did not both run is left out."""
+    import importlib
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        run = importlib.import_module("run")
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    res = {"head_to_head": {"portq worker": [10.0, 22.0, 30.0],
+                            "raw complete_many": [11.0, 20.0, 33.0]},
+           "engine_rounds": {"sqlite": {"portq worker": [8.0, 9.0],
+                                        "raw complete_many": [10.0, 10.0]}}}
+    paired = run.paired_ratios(res)
+    # the medians' ratio is 22 / 20 = 1.1; within each round the Worker was behind in two
+    worker = paired["worker_vs_raw"]
+    assert round(worker[0], 3) == round(10 / 11, 3) and round(worker[2], 2) == 1.1
+    assert [round(x, 3) for x in paired["worker_vs_raw_sqlite"]] == [0.85, 0.8, 0.9]
+    assert "worker_vs_pgqueuer" not in paired and "worker_vs_raw_mysql" not in paired
