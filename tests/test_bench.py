@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -373,19 +374,24 @@ def test_sleep_ceiling_names_a_bad_front_or_size() -> None:
         bench.sleep_ceiling("threads", 0, 5.0, 10)
 
 
-def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
-    """The I/O-bound section of docs/benchmarks.md: each contender's share of its own
-    front's bare ceiling (threads for the Worker, asyncio for the AsyncWorker and
-    pgqueuer), and whether 1.5x pgqueuer lies above a ceiling (then no queue on that
-    front could reach it)."""
+def run_py() -> Any:
+    """benchmarks/run.py as a module (it is a script, not part of the package)."""
     import importlib
     import sys
     root = Path(__file__).resolve().parent.parent
     sys.path.insert(0, str(root / "benchmarks"))
     try:
-        run = importlib.import_module("run")
+        return importlib.import_module("run")
     finally:
         sys.path.remove(str(root / "benchmarks"))
+
+
+def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
+    """The I/O-bound section of docs/benchmarks.md: each contender's share of its own
+    front's bare ceiling (threads for the Worker, asyncio for the AsyncWorker and
+    pgqueuer), and whether 1.5x pgqueuer lies above a ceiling (then no queue on that
+    front could reach it)."""
+    run = run_py()
     io = {"slots": 40, "job_ms": 5.0, "jobs": 1000, "ideal": 8000.0, "loadavg": [1.0, 1.0],
           "runs": {"portq worker": [7000.0, 7200.0, 7100.0],
                    "portq async": [6900.0, 6800.0, 7000.0],
@@ -408,14 +414,7 @@ def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
     """docs/benchmarks.md's targets table: beside one contender's median over the other's,
     the ratio of the two within each round (its median and range), by round; a target
     whose contenders did not both run is left out."""
-    import importlib
-    import sys
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        run = importlib.import_module("run")
-    finally:
-        sys.path.remove(str(root / "benchmarks"))
+    run = run_py()
     res = {"head_to_head": {"portq worker": [10.0, 22.0, 30.0],
                             "raw complete_many": [11.0, 20.0, 33.0]},
            "engine_rounds": {"sqlite": {"portq worker": [8.0, 9.0],
