@@ -16,7 +16,7 @@ import pytest
 
 import portq
 from portq import aio
-from portq.conformance.helpers import counts
+from portq.conformance.helpers import RenewalRace, counts
 from portq.conformance.plugin import TEST_PREFIX, raw_connection
 from portq.worker import RetryAfter
 
@@ -234,50 +234,30 @@ def test_async_connection_refused_where_it_cannot_work(async_url: str, qname: st
 @pytest.mark.parametrize("taken_away", [False, True], ids=["completed", "cancelled"])
 def test_async_worker_counts_a_loss_only_when_ownership_was_lost(
         async_url: str, queue: portq.Queue, qname: str, taken_away: bool) -> None:
-    """Each completion returns only once a renewal made after it was refused (the race
-    between the heartbeat and the job's own completion, made certain). A job completed by
-    this worker is not lost; one cancelled just before its completion is lost once."""
+    """After each completion, once the worker let go of its lock on writes to its own
+    rows, a renewal made after it is refused before the worker goes on (the race between
+    the heartbeat and the job's own completion, made certain: RenewalRace). A job
+    completed by this worker is not lost; one cancelled just before its completion is
+    lost once."""
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
 
+    def cancel(jobs: Sequence[portq.Job]) -> None:
+        if taken_away:
+            for job in jobs:
+                assert queue.cancel(job.id)
+
     async def body(q: aio.AsyncQueue) -> tuple[Any, set[int]]:
-        written: set[int] = set()
-        refused: set[int] = set()
-        # the runtime writes through the sync Queue on threads of its own (never on the
-        # event loop), so the race is arranged there
-        sync = q.queue
-        complete_many, renew_many = sync.complete_many, sync.renew_many
-
-        def racing_complete_many(jobs: Sequence[portq.Job | portq.Claim]) -> list[bool]:
-            ids = {job.id for job in jobs if isinstance(job, portq.Job)}
-            if taken_away:
-                for job_id in ids:
-                    assert sync.cancel(job_id)
-            results = complete_many(jobs)
-            written.update(ids)
-            for _ in range(2000):  # at most 10 s
-                if ids & refused:
-                    break
-                time.sleep(0.005)
-            return results
-
-        def watched_renew_many(jobs: Sequence[portq.Job | portq.Claim],
-                               lease: float = 30.0) -> list[bool]:
-            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
-            for job, ok in zip(jobs, results, strict=True):
-                if not ok and isinstance(job, portq.Job) and job.id in written:
-                    refused.add(job.id)
-            return results
-
-        # the worker writes completions in batches and renews in one statement per tick
-        sync.complete_many = racing_complete_many  # type: ignore[method-assign]
-        sync.renew_many = watched_renew_many  # type: ignore[method-assign]
-
         async def handler(job: portq.Job) -> None:
             await asyncio.sleep(0)
 
         worker = aio.AsyncWorker(q, qname, handler, concurrency=2, lease=1.2, burst=True,
                                  idle_min=0.01, idle_max=0.1)
-        return await asyncio.wait_for(worker.run(), 60), refused
+        # the runtime writes through the sync Queue on threads of its own (never on the
+        # event loop), so the race is arranged there
+        with RenewalRace(worker, before_write=cancel) as race:
+            counters = await asyncio.wait_for(worker.run(), 60)
+        assert race.timeouts == 0
+        return counters, {job_id for job_id, _ in race.refused}
 
     counters, refused = run(async_url, body)
     assert refused == set(ids), "the race did not happen"

@@ -23,6 +23,7 @@ from portq.backends.contract import ErrorKind
 from portq.conformance import NOT_APPLICABLE
 from portq.job import Claim, Job
 from portq.runtime.counters import WorkerCounters
+from portq.runtime.front import WorkerFront
 from portq.worker import Worker
 
 
@@ -313,3 +314,89 @@ def enqueue_keys_in_processes(engine_url: str, prefix: str, qname: str, processe
                 p.kill()
                 p.join(5)
     return results
+
+
+class RenewalRace:
+    """Makes the heartbeat's race with a job's own outcome certain: after each outcome
+    write (``complete_many``, ``fail``) of ``worker``'s queue, the writer, once it has let
+    go of its lock on writes to its own rows (which the heartbeat's renewal takes too),
+    waits until a renewal of one of the written jobs, made after the write, was refused;
+    only then does it go on to its write's results. ``before_write(jobs)`` runs first
+    (e.g. an operator cancelling them). Use as a context manager; the queue and the
+    worker are restored after."""
+
+    PATCHED = ("complete_many", "fail", "renew", "renew_many")
+
+    def __init__(self, worker: WorkerFront,
+                 before_write: Callable[[Sequence[Job]], None] = lambda jobs: None) -> None:
+        self.worker, self.before_write = worker, before_write
+        self.queue = worker.runtime.queue
+        self.written: set[tuple[int, int]] = set()  # (job id, generation)
+        self.refused: set[tuple[int, int]] = set()
+        self.timeouts = 0
+        self._pending: dict[int, set[tuple[int, int]]] = {}  # written, by writing thread
+        self._row_writes = worker.runtime._row_writes
+
+    def _wrote(self, jobs: Sequence[Job]) -> None:
+        tokens = {(j.id, j.attempt) for j in jobs}
+        self.written |= tokens
+        self._pending[threading.get_ident()] = tokens
+
+    def __enter__(self) -> RenewalRace:
+        complete_many, fail, renew, renew_many = (
+            self.queue.complete_many, self.queue.fail, self.queue.renew, self.queue.renew_many)
+
+        def racing_complete_many(jobs: Sequence[Job]) -> list[bool]:
+            self.before_write(jobs)
+            results = complete_many(jobs)
+            self._wrote(jobs)
+            return results
+
+        def racing_fail(job: Job, error: str, *, retry_in: float | None = None) -> bool:
+            self.before_write([job])
+            ok = fail(job, error, retry_in=retry_in)
+            self._wrote([job])
+            return ok
+
+        def watched_renew(job: Job, lease: float = 30.0) -> bool:
+            ok = renew(job, lease=lease)
+            if not ok and (job.id, job.attempt) in self.written:
+                self.refused.add((job.id, job.attempt))
+            return ok
+
+        def watched_renew_many(jobs: Sequence[Job], lease: float = 30.0) -> list[bool]:
+            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
+            for job, ok in zip(jobs, results, strict=True):
+                if not ok and (job.id, job.attempt) in self.written:
+                    self.refused.add((job.id, job.attempt))
+            return results
+
+        self.queue.complete_many = racing_complete_many  # type: ignore[method-assign,assignment]
+        self.queue.fail = racing_fail  # type: ignore[method-assign,assignment]
+        self.queue.renew = watched_renew  # type: ignore[method-assign,assignment]
+        self.queue.renew_many = watched_renew_many  # type: ignore[method-assign,assignment]
+        self.worker.runtime._row_writes = _ThenWaitForRefusal(self)  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.runtime._row_writes = self._row_writes
+        for name in self.PATCHED:
+            delattr(self.queue, name)
+
+
+class _ThenWaitForRefusal:
+    """The worker's lock on writes to its own rows (:class:`RenewalRace`): a thread that
+    wrote one of the race's outcomes lets go of it, then waits for a refused renewal."""
+
+    def __init__(self, race: RenewalRace) -> None:
+        self.race = race
+
+    def __enter__(self) -> None:
+        self.race._row_writes.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.race._row_writes.release()
+        tokens = self.race._pending.pop(threading.get_ident(), None)
+        if tokens and not wait_until(lambda: bool(tokens & self.race.refused), timeout=10,
+                                     interval=0.005):
+            self.race.timeouts += 1

@@ -55,7 +55,8 @@ PROPERTIES = (
         "test_reap_returns_expired_leases_with_delay_then_dead",
         "test_killed_worker_process_is_recovered_and_fenced",
         "test_prefetched_jobs_keep_their_lease_while_they_wait",
-        "test_burst_after_a_crash_finishes_every_job_before_it_exits")),
+        "test_burst_after_a_crash_finishes_every_job_before_it_exits",
+        "test_a_workers_writes_to_its_own_jobs_never_overlap")),
     Property("retries and backoff", (
         "test_retry_waits_for_its_delay",
         "test_full_jitter_flattens_a_retry_storm",

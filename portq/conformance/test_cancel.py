@@ -24,6 +24,7 @@ import pytest
 import portq
 from portq import aio
 from portq.conformance.helpers import (
+    RenewalRace,
     exit_code,
     not_applicable,
     quiet_worker,
@@ -34,7 +35,6 @@ from portq.conformance.helpers import (
 )
 from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import (
-    RenewalRace,
     processes,
     wait_for_records,
     worker_process,
@@ -264,7 +264,7 @@ def test_job_cancelled_during_its_outcome_write_counts_cancelled_once(
         for job in jobs:
             assert queue.cancel(job.id)
 
-    with RenewalRace(queue, before_write=cancel) as race, running(worker):
+    with RenewalRace(worker, before_write=cancel) as race, running(worker):
         assert wait_until(lambda: worker.counters.cancelled >= 1 and worker.held == 0,
                           timeout=30)
         time.sleep(1.0)  # more heartbeats: none may count it again

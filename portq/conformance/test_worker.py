@@ -26,6 +26,7 @@ import portq
 from portq.conformance.helpers import (
     OTHER_OWNER,
     PeakHandler,
+    RenewalRace,
     counts,
     exit_code,
     quiet_worker,
@@ -233,67 +234,6 @@ def test_stale_owner_cannot_overwrite_the_new_owner(queue: portq.Queue, qname: s
     assert len(lost) == 2 and all(f"worker={a.worker_id}" in m for m in lost)
 
 
-class RenewalRace:
-    """Makes the heartbeat's race with a job's own outcome certain: each outcome write
-    (``complete_many``, ``fail``) of ``queue`` returns only once a renewal of one of its
-    jobs, made after the write, was refused. ``before_write(jobs)`` runs first (e.g. an
-    operator cancelling them). Use as a context manager; the queue is restored after."""
-
-    PATCHED = ("complete_many", "fail", "renew", "renew_many")
-
-    def __init__(self, queue: portq.Queue,
-                 before_write: Callable[[Sequence[Job]], None] = lambda jobs: None) -> None:
-        self.queue, self.before_write = queue, before_write
-        self.written: set[tuple[int, int]] = set()  # (job id, generation)
-        self.refused: set[tuple[int, int]] = set()
-        self.timeouts = 0
-
-    def _after_write(self, jobs: Sequence[Job]) -> None:
-        tokens = {(j.id, j.attempt) for j in jobs}
-        self.written |= tokens
-        if not wait_until(lambda: bool(tokens & self.refused), timeout=10, interval=0.005):
-            self.timeouts += 1
-
-    def __enter__(self) -> RenewalRace:
-        complete_many, fail, renew, renew_many = (
-            self.queue.complete_many, self.queue.fail, self.queue.renew, self.queue.renew_many)
-
-        def racing_complete_many(jobs: Sequence[Job]) -> list[bool]:
-            self.before_write(jobs)
-            results = complete_many(jobs)
-            self._after_write(jobs)
-            return results
-
-        def racing_fail(job: Job, error: str, *, retry_in: float | None = None) -> bool:
-            self.before_write([job])
-            ok = fail(job, error, retry_in=retry_in)
-            self._after_write([job])
-            return ok
-
-        def watched_renew(job: Job, lease: float = 30.0) -> bool:
-            ok = renew(job, lease=lease)
-            if not ok and (job.id, job.attempt) in self.written:
-                self.refused.add((job.id, job.attempt))
-            return ok
-
-        def watched_renew_many(jobs: Sequence[Job], lease: float = 30.0) -> list[bool]:
-            results = renew_many(jobs, lease=lease)  # the heartbeat's tick
-            for job, ok in zip(jobs, results, strict=True):
-                if not ok and (job.id, job.attempt) in self.written:
-                    self.refused.add((job.id, job.attempt))
-            return results
-
-        self.queue.complete_many = racing_complete_many  # type: ignore[method-assign,assignment]
-        self.queue.fail = racing_fail  # type: ignore[method-assign,assignment]
-        self.queue.renew = watched_renew  # type: ignore[method-assign,assignment]
-        self.queue.renew_many = watched_renew_many  # type: ignore[method-assign,assignment]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for name in self.PATCHED:
-            delattr(self.queue, name)
-
-
 PIPELINED = {"default": {}, "pipelined": {"prefetch": 4, "ack_delay": 0.0}}
 
 
@@ -315,7 +255,7 @@ def test_renewal_refused_after_the_jobs_own_outcome_is_not_a_loss(
     worker = quiet_worker(queue, qname, handler, concurrency=2, lease=1.2,
                           backoff=Backoff("fixed", 2.0), idle_min=0.01, idle_max=0.05,
                           **PIPELINED[mode])
-    with RenewalRace(queue) as race, running(worker):
+    with RenewalRace(worker) as race, running(worker):
         assert wait_until(lambda: counts(queue, qname)["succeeded"] == 7, timeout=60)
         assert wait_until(lambda: worker.held == 0)
     assert race.timeouts == 0 and len(race.refused) >= 2, "the race did not happen"
@@ -341,7 +281,7 @@ def test_job_taken_away_during_its_outcome_write_is_lost_once(
         for job in jobs:
             take_away(queue, job.id)
 
-    with RenewalRace(queue, before_write=give_away) as race, running(worker):
+    with RenewalRace(worker, before_write=give_away) as race, running(worker):
         assert wait_until(lambda: worker.counters.lost >= 1 and worker.held == 0,
                           timeout=30)
         time.sleep(1.0)  # more heartbeats: none may count it again
@@ -406,7 +346,9 @@ def test_default_worker_writes_as_its_engine_wants_and_loses_none(
     for name in writers:
         setattr(queue, name, recorded(name))
     try:
-        worker.run()  # burst: returns once every job is done and written
+        # burst: returns once every job is done and written; a job whose lease ran out
+        # would keep it waiting (no reaper here), so a bound turns that into a failure
+        burst_within(worker, 120)
     finally:
         for name in writers:
             delattr(queue, name)
@@ -430,6 +372,78 @@ def test_default_worker_writes_as_its_engine_wants_and_loses_none(
         assert not worker.single_writer
         assert writers["complete_many"] and all(
             t.startswith("portq-acks-") for t in writers["complete_many"]), writers
+    queue.prune(0, limit=total, queue=qname)
+
+
+def burst_within(worker: portq.Worker, seconds: float) -> None:
+    """Run a ``burst`` worker; past ``seconds``, stop it and fail with its counters (its
+    jobs' leases ran out, say: it would wait for ever with no reaper)."""
+    thread = threading.Thread(target=worker.run, name="portq-test-worker", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(worker.grace + 30)
+        pytest.fail(f"the burst worker had not finished after {seconds:g}s: "
+                    f"{worker.counters}")
+
+
+def test_a_workers_writes_to_its_own_jobs_never_overlap(
+        queue: portq.Queue, qname: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The heartbeat's renewal, the writer's completions and give-backs each lock rows
+    the worker owns, each in its own order: run at once on shared rows they deadlocked
+    (PostgreSQL breaks one after deadlock_timeout, 1 s, and a short lease ran out
+    meanwhile: jobs lost, a burst worker waiting for ever). One worker runs them one at a
+    time, and its progress writer's writes (several rows a transaction) with them. Each
+    statement here is slowed by 20 ms, and the lease is 0.6 s, so that the heartbeat
+    (every 0.2 s) ticks while completions are written."""
+    caplog.set_level(logging.WARNING, logger="portq.worker")
+    total = 600
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+    spans: dict[str, list[tuple[float, float]]] = {
+        "renew_many": [], "complete_many": [], "release_many": [], "set_progress_many": []}
+
+    def timed(owner: Any, name: str) -> Callable[..., Any]:
+        write = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                result = write(*args, **kwargs)
+                time.sleep(0.02)
+                return result
+            finally:
+                spans[name].append((started, time.monotonic()))
+        return wrapper
+
+    def handler(job: Job) -> None:
+        job.progress(0.5, "half")  # the worker's progress writer writes these
+        time.sleep(0.01)
+
+    worker = quiet_worker(queue, qname, handler, concurrency=4, lease=0.6, idle_min=0.01,
+                          idle_max=0.05, burst=True)
+    progress = worker.runtime.handler.progress
+    assert progress is not None
+    progress.interval = 0.05  # a write of the reports waiting every 50 ms (default 1 s)
+    for name in ("renew_many", "complete_many", "release_many"):
+        setattr(queue, name, timed(queue, name))
+    queue.backend.set_progress_many = timed(  # type: ignore[method-assign]
+        queue.backend, "set_progress_many")
+    try:
+        burst_within(worker, 120)
+    finally:
+        for name in ("renew_many", "complete_many", "release_many"):
+            delattr(queue, name)
+        del queue.backend.set_progress_many
+    renewals = spans["renew_many"]
+    writes = spans["complete_many"] + spans["release_many"] + spans["set_progress_many"]
+    # the heartbeat ticked among the writes, and the progress writer wrote
+    assert len(renewals) >= 2 and spans["complete_many"] and spans["set_progress_many"], \
+        spans
+    overlaps = [(r, w) for r in renewals for w in writes if r[0] < w[1] and w[0] < r[1]]
+    assert overlaps == [], overlaps[:3]
+    assert worker.counters.lost == 0 and worker.counters.succeeded == total
+    assert counts(queue, qname)["succeeded"] == total
     queue.prune(0, limit=total, queue=qname)
 
 

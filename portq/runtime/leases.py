@@ -26,7 +26,7 @@ class Leases(HandlerSlots):
                 continue
             sent = time.monotonic()
             try:  # one statement per tick, whatever the number of jobs
-                with self.watch("renew_many"):
+                with self.watch("renew_many"), self._row_writes:
                     results = self.queue.renew_many(jobs, lease=self.settings.lease)
             except Exception as exc:  # noqa: BLE001 - try again next beat
                 self.log.warning("job.renew_error job_ids=%s worker=%s error=%s",

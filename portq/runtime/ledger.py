@@ -68,6 +68,14 @@ class Ledger:
         self.ack_allowance = s.concurrency if s.auto_lookahead and not s.single_writer \
             else 0
         self._lock = threading.Lock()
+        #: held around each statement that writes rows this worker owns (renewals,
+        #: outcomes, give-backs), never around a claim: two such statements of one worker
+        #: on shared rows, each locking them in its own order, deadlocked (the heartbeat's
+        #: renewal against the writer's completions; PostgreSQL takes its deadlock_timeout,
+        #: 1 s, to break one, and a short lease ran out meanwhile)
+        self._row_writes = threading.Lock()
+        if self.handler.progress is not None:
+            self.handler.progress.row_writes = self._row_writes
         self._inflight: dict[int, Job] = {}  # jobs this worker still owns
         self._busy = 0  # claimed jobs whose handler has not returned (waiting or running)
         self._acking: dict[int, Job] = {}  # outcome handed to the writer, not yet written

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from portq.job import Job
@@ -45,6 +46,9 @@ class ProgressWriter:
         #: reports written, reports the database refused (the claim no longer owned the
         #: job), and transactions sent
         self.written = self.refused = self.batches = 0
+        #: held around each write: its worker's lock on statements that write the rows it
+        #: owns (``Ledger._row_writes``; a write of several reports locks several rows)
+        self.row_writes: AbstractContextManager[object] = nullcontext()
 
     def report(self, job: Job, fraction: float | None, note: str) -> None:
         """Keep ``job``'s latest report for the writer (any thread; never blocks on I/O)."""
@@ -85,7 +89,8 @@ class ProgressWriter:
         reports = [(job.claim, fraction, note) for job, fraction, note in batch
                    if job.claim is not None]
         try:
-            results = self.backend.set_progress_many(reports)
+            with self.row_writes:
+                results = self.backend.set_progress_many(reports)
         except Exception as exc:  # noqa: BLE001 - progress is best effort: the jobs go on
             log.warning("job.progress_error job_ids=%s error=%s: %s",
                         ",".join(str(job.id) for job, _, _ in batch), type(exc).__name__,

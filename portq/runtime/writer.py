@@ -148,7 +148,8 @@ class Writer(Ledger):
         retry = WriteRetry(jobs, self.settings.lease, self.worker_id, self.log)
         while True:
             try:
-                return write(), retry.interrupted
+                with self._row_writes:  # not while it waits to try again
+                    return write(), retry.interrupted
             except Exception as exc:  # noqa: BLE001 - keep trying while the lease lives
                 delay = retry.failed(exc)
                 if delay is None:
@@ -180,7 +181,7 @@ class Writer(Ledger):
         if not jobs:
             return
         try:
-            with self.watch("release"):
+            with self.watch("release"), self._row_writes:
                 released = self.queue.release_many(jobs)
         except Exception as exc:  # noqa: BLE001 - their leases will expire instead
             self.log.error("job.release_failed job_id=%s worker=%s error=%s",
