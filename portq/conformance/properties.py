@@ -162,6 +162,8 @@ PROPERTIES = (
                  "holds_claims",)),
     Property("many slots of short I/O-bound jobs write their completions in batches", (
         "test_many_slots_of_short_io_bound_jobs_write_their_completions_in_batches",)),
+    Property("a completion write carries everything that finished during the one before", (
+        "test_a_completion_write_takes_everything_that_finished_during_the_one_before",)),
     Property("stored results", (
         "test_result_round_trips_once_the_job_succeeded",
         "test_no_result_reads_as_none",

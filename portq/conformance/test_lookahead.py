@@ -1,7 +1,10 @@
 """The worker's automatic look-ahead against a real engine: jobs shorter than a claim's
 round trip are claimed ahead of free handler threads, and a job claimed ahead that no
 thread starts within a fraction of its lease (here: behind a job that blocks) is given
-back at once, its attempt with it, instead of waiting out the slow job."""
+back at once, its attempt with it, instead of waiting out the slow job. And how the
+finished jobs' completions are batched: a slot serves on while its completion is written,
+many slots of short jobs write in batches, and a write carries everything that finished
+while the one before it was written."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from portq.conformance.helpers import (
     wait_until,
 )
 from portq.job import Claim, Job
-from portq.worker import LOOKAHEAD_LEASE_FRACTION
+from portq.worker import BATCH_LIMIT, LOOKAHEAD_LEASE_FRACTION
 
 
 @pytest.mark.serial  # a tenth of the lease, against a busy machine
@@ -135,3 +138,49 @@ def test_many_slots_of_short_io_bound_jobs_write_their_completions_in_batches(
     # 9-13.5, MariaDB's AsyncWorker 14-16.5 and its Worker, whose writes are slower and
     # gather more on their own, 21-25)
     assert statistics.median(sizes) >= concurrency // 2, sizes
+
+
+def test_a_completion_write_takes_everything_that_finished_during_the_one_before(
+        queue: portq.Queue, qname: str) -> None:
+    """The completion batcher's next statement carries every outcome that came in while
+    its previous one was being written, more than a claim's ``BATCH_LIMIT`` included (a
+    worker of many slots finishes more than that in one write's time; capped at it, the
+    one batcher fell behind for good: 200 slots of 5 ms jobs ran at two thirds of the
+    speed). Here the first job's write is held until every other handler, started only
+    once that write began, has returned."""
+    if queue.backend.capabilities.single_writer:
+        not_applicable("a single writer (SQLite) writes in its claim loop, at most a "
+                       "claim's BATCH_LIMIT at a time (its writes hold the one write "
+                       "lock): tests/test_single_writer.py")
+    total = concurrency = BATCH_LIMIT + 50
+    queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
+    writing = threading.Event()
+    returned = threading.Semaphore(0)
+    first = threading.Lock()
+    complete_many = queue.complete_many
+
+    def handler(job: Job) -> None:
+        if not first.acquire(blocking=False):  # all but the first: after its write began
+            writing.wait(30)
+            returned.release()
+
+    def first_held(jobs: Sequence[Job | Claim]) -> list[bool]:
+        if not writing.is_set():
+            writing.set()
+            for _ in range(total - 1):
+                returned.acquire(timeout=30)
+            time.sleep(0.05)  # the last outcomes reach the writer's mailbox
+        return complete_many(jobs)
+
+    worker = quiet_worker(queue, qname, handler, concurrency=concurrency, lease=30,
+                          idle_min=0.01, idle_max=0.05)
+    queue.complete_many = first_held  # type: ignore[method-assign]
+    try:
+        with completion_sizes(queue) as sizes, running(worker):
+            assert wait_until(lambda: counts(queue, qname)["succeeded"] == total,
+                              timeout=60)
+    finally:
+        vars(queue).pop("complete_many", None)  # completion_sizes let go of it already
+    assert worker.counters.succeeded == total and worker.counters.lost == 0
+    # the first job's write, then one statement for all the rest
+    assert sizes == [1, total - 1], sizes

@@ -13,7 +13,7 @@ from portq.queue import MAX_SNOOZES, _claim_of
 from portq.runtime.counters import WriteRetry
 from portq.runtime.execution import DEAD, RELEASE, RETRY, SNOOZE, SUCCEEDED, Outcome
 from portq.runtime.ledger import Ledger
-from portq.runtime.pacing import BATCH_LIMIT
+from portq.runtime.pacing import WRITE_BATCH_LIMIT
 
 #: the longest a writer waits for a batch of outcomes to gather (:meth:`Writer._linger`):
 #: 40 slots of 5 ms jobs on PostgreSQL wrote about 40 completions a statement instead of
@@ -31,9 +31,9 @@ class Writer(Ledger):
 
     def _write_loop(self) -> None:
         """A writer: write the outcomes the handler slots handed over, the completions of
-        a batch (up to ``BATCH_LIMIT``) in one statement; once the mailbox is closed,
-        write what is left, then stop."""
-        while outcomes := self._writes.get_batch(BATCH_LIMIT, self._linger()):
+        a batch (up to ``WRITE_BATCH_LIMIT``) in one statement; once the mailbox is
+        closed, write what is left, then stop."""
+        while outcomes := self._writes.get_batch(WRITE_BATCH_LIMIT, self._linger()):
             self._write_outcomes(outcomes)
             self._wake.set()
 
