@@ -102,9 +102,9 @@ BATCH_LIMIT = 100
 #: most completions a completion batcher writes in one statement: whatever finished while
 #: its previous one committed, up to this. Many slots finish more than a claim's worth in
 #: that time; capped at BATCH_LIMIT, the one batcher was busy writing all the time and
-#: held the worker back (PostgreSQL, an AsyncWorker of 200 slots: 5 ms jobs 12,860-15,578
-#: jobs/s against 20,806-21,876 with this cap, no-op jobs 16,437-18,807 against
-#: 20,707-23,411, interleaved runs; 4 and 40 slots, where it never fell behind, as before)
+#: held the worker back (PostgreSQL, an AsyncWorker of 200 slots, medians of 4 interleaved
+#: rounds: 5 ms jobs 15,055 jobs/s against 20,412 with this cap, no-op jobs 14,576 against
+#: 24,235; 4 and 40 slots, where it never fell behind, within the noise)
 WRITE_BATCH_LIMIT = 1000
 #: completion batchers a worker runs: one, which writes whatever finished while its
 #: previous batch committed (two split those batches: more commits, and measured slower
