@@ -335,7 +335,8 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
     runs = out[0]
     if python is not None:
         runs["pgqueuer"] = []
-    wide: dict[str, list[float]] = {"io": [], "noop": []}
+    # jobs/s of each wide round, and its CPU figures (portq.bench.cpu) beside them
+    wide: dict[str, list[Any]] = {"io": [], "noop": [], "io_cpu": [], "noop_cpu": []}
     ceiling: dict[str, list[float]] = {front: [] for front in bench.CEILING_FRONTS}
     load = [os.getloadavg()[0]]
     with portq.connect(PG_URL, prefix=bench.BENCH_PREFIX, pool_size=16) as queue:
@@ -350,12 +351,12 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
                     queue, PG_URL, jobs, IO_SLOTS, None, job_ms=IO_JOB_MS))
                 for front in bench.CEILING_FRONTS:
                     ceiling[front].append(bench.sleep_ceiling(front, IO_SLOTS, IO_JOB_MS, jobs))
-                wide["io"].append(bench.async_throughput_run(
-                    queue, PG_URL, jobs * IO_WIDE_SLOTS // IO_SLOTS, IO_WIDE_SLOTS, None,
-                    job_ms=IO_JOB_MS)["jobs_per_s"])
-                wide["noop"].append(bench.async_throughput_run(
-                    queue, PG_URL, jobs * IO_WIDE_SLOTS // IO_SLOTS, IO_WIDE_SLOTS,
-                    None)["jobs_per_s"])
+                for kind, job_ms in (("io", IO_JOB_MS), ("noop", 0.0)):
+                    run = bench.async_throughput_run(
+                        queue, PG_URL, jobs * IO_WIDE_SLOTS // IO_SLOTS, IO_WIDE_SLOTS,
+                        None, job_ms=job_ms)
+                    wide[kind].append(run["jobs_per_s"])
+                    wide[f"{kind}_cpu"].append(run["cpu"])
                 if python is not None:
                     proc = subprocess.run(
                         [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL,
@@ -444,13 +445,35 @@ def wide_io_lines(wide: dict[str, Any] | None) -> list[str]:
     ceiling = min(wide["ideal"], noop)
     bound = "the machine's CPU (no-op jobs)" if noop < wide["ideal"] else "the ideal"
     verdict = "met" if io >= 0.85 * ceiling else "missed"
+    paired = [a / b for a, b in zip(wide["io"], wide["noop"], strict=True) if b]
+    pairs = (f" Each round's own ratio of the two (the no-op run right after the 5 ms "
+             f"one): median {statistics.median(paired):.0%} [{min(paired):.0%}-"
+             f"{max(paired):.0%}], shown, not judged." if paired else "")
     return ["", f"An AsyncWorker of {wide['slots']} slots, its handler awaiting "
             f"`asyncio.sleep({IO_JOB_MS / 1000:g})`, {wide['jobs']:,} jobs a round: median "
             f"{io:,.0f} jobs/s ({min(wide['io']):,.0f}-{max(wide['io']):,.0f}); its ideal "
             f"is {wide['ideal']:,.0f}, and the same worker's no-op jobs (the machine's CPU "
             f"limit for it) ran at {noop:,.0f} ({min(wide['noop']):,.0f}-"
             f"{max(wide['noop']):,.0f}). The lower, {bound}, bounds it: "
-            f"{100 * io / ceiling:.0f}% of {ceiling:,.0f}, target >= 85%: {verdict}."]
+            f"{100 * io / ceiling:.0f}% of {ceiling:,.0f}, target >= 85%: {verdict}."
+            f"{pairs}{wide_bounds(wide)}"]
+
+
+def wide_bounds(wide: dict[str, Any]) -> str:
+    """What bounded the wide case's median rounds (5 ms and no-op jobs), as the table
+    "What bounded each run" reads it (runs of an older results file have no figures)."""
+    parts = []
+    for kind, name in (("io", "5 ms"), ("noop", "no-op")):
+        runs, figures = wide[kind], wide.get(f"{kind}_cpu") or []
+        if len(figures) != len(runs) or not runs:
+            return ""
+        f = figures[sorted(range(len(runs)), key=runs.__getitem__)[(len(runs) - 1) // 2]]
+        parts.append(f"{name} jobs {f['client_cpu_us_per_job']} µs of client CPU a job and "
+                     f"{f['server_cpu_us_per_job']} of the server's, the client "
+                     f"{f['client_core_pct']:.0f}% of a core (its busiest thread, "
+                     f"{f['busiest_thread']}, {f['busiest_thread_pct']:.0f}%), the machine "
+                     f"{f['machine_busy_pct']:.0f}% busy: {f['bound']}")
+    return f" What bounded the median rounds: {'; '.join(parts)}."
 
 
 def pickup_runs(engines: list[str], urls: dict[str, str],

@@ -425,3 +425,29 @@ def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
     assert round(worker[0], 3) == round(10 / 11, 3) and round(worker[2], 2) == 1.1
     assert [round(x, 3) for x in paired["worker_vs_raw_sqlite"]] == [0.85, 0.8, 0.9]
     assert "worker_vs_pgqueuer" not in paired and "worker_vs_raw_mysql" not in paired
+
+
+def test_run_py_states_what_bounded_the_wide_asyncio_rounds() -> None:
+    """The 200-slot asyncio case of docs/benchmarks.md: its verdict against the lower of
+    the ideal and the no-op rate, each round's own ratio of the two, and the CPU figures
+    of each kind's median round (left out for results that have none)."""
+    run = run_py()
+
+    def figures(client: float, busy: float) -> dict[str, Any]:
+        return {"client_cpu_us_per_job": client, "server_cpu_us_per_job": 40.0,
+                "client_core_pct": 70.0, "busiest_thread": "MainThread",
+                "busiest_thread_pct": 38.0, "machine_busy_pct": busy,
+                "bound": "waits (round trips, commits, locks)"}
+    wide = {"slots": 200, "jobs": 1000, "ideal": 40000.0,
+            "io": [17000.0, 20000.0, 21000.0], "noop": [20000.0, 25000.0, 24000.0],
+            "io_cpu": [figures(40.0, 70.0), figures(36.0, 79.0), figures(33.0, 80.0)],
+            "noop_cpu": [figures(30.0, 81.0), figures(25.0, 83.0), figures(27.0, 82.0)]}
+    text = run.wide_io_lines(wide)[1]
+    # 20,000 of the no-op median 24,000 (under the ideal): 83%
+    assert "83% of 24,000, target >= 85%: missed" in text
+    # per round 0.85, 0.8, 0.875
+    assert "median 85% [80%-88%]" in text
+    assert "5 ms jobs 36.0 µs of client CPU a job" in text and "79% busy" in text
+    assert "no-op jobs 27.0 µs" in text and "MainThread, 38%" in text
+    older = {k: v for k, v in wide.items() if not k.endswith("_cpu")}
+    assert "What bounded" not in run.wide_io_lines(older)[1]
