@@ -12,6 +12,7 @@ import statistics
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -146,23 +147,27 @@ def test_a_completion_write_takes_everything_that_finished_during_the_one_before
     its previous one was being written, more than a claim's ``BATCH_LIMIT`` included (a
     worker of many slots finishes more than that in one write's time; capped at it, the
     one batcher fell behind for good: 200 slots of 5 ms jobs ran at two thirds of the
-    speed). Here the first job's write is held until every other handler, started only
-    once that write began, has returned."""
+    speed). Their results go first, a ``BATCH_LIMIT`` a transaction (the heartbeat's
+    renewals wait for each). Here the first job's write is held until every other
+    handler, started only once that write began, has returned."""
     if queue.backend.capabilities.single_writer:
         not_applicable("a single writer (SQLite) writes in its claim loop, at most a "
                        "claim's BATCH_LIMIT at a time (its writes hold the one write "
                        "lock): tests/test_single_writer.py")
-    total = concurrency = BATCH_LIMIT + 50
+    total = concurrency = 2 * BATCH_LIMIT + 50
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(total)])
     writing = threading.Event()
     returned = threading.Semaphore(0)
     first = threading.Lock()
-    complete_many = queue.complete_many
+    backend, complete_many = queue.backend, queue.complete_many
+    store_results = backend.store_results
+    stored: list[int] = []
 
-    def handler(job: Job) -> None:
+    def handler(job: Job) -> dict[str, Any]:
         if not first.acquire(blocking=False):  # all but the first: after its write began
             writing.wait(30)
             returned.release()
+        return {"n": job.payload}
 
     def first_held(jobs: Sequence[Job | Claim]) -> list[bool]:
         if not writing.is_set():
@@ -172,15 +177,25 @@ def test_a_completion_write_takes_everything_that_finished_during_the_one_before
             time.sleep(0.05)  # the last outcomes reach the writer's mailbox
         return complete_many(jobs)
 
+    def counted(results: Sequence[tuple[Claim, str]]) -> list[bool]:
+        stored.append(len(results))
+        return store_results(results)
+
     worker = quiet_worker(queue, qname, handler, concurrency=concurrency, lease=30,
                           idle_min=0.01, idle_max=0.05)
     queue.complete_many = first_held  # type: ignore[method-assign]
+    backend.store_results = counted  # type: ignore[method-assign]
     try:
         with completion_sizes(queue) as sizes, running(worker):
             assert wait_until(lambda: counts(queue, qname)["succeeded"] == total,
                               timeout=60)
     finally:
         vars(queue).pop("complete_many", None)  # completion_sizes let go of it already
+        del backend.store_results
     assert worker.counters.succeeded == total and worker.counters.lost == 0
-    # the first job's write, then one statement for all the rest
+    # the first job's write, then one statement for all the rest; their results before
+    # it, in transactions of BATCH_LIMIT
     assert sizes == [1, total - 1], sizes
+    assert stored == [1, BATCH_LIMIT, BATCH_LIMIT, total - 1 - 2 * BATCH_LIMIT], stored
+    for row in queue.jobs("succeeded", queue=qname, limit=total)[::50]:
+        assert queue.result(row.id) == {"n": row.payload}

@@ -13,7 +13,7 @@ from portq.queue import MAX_SNOOZES, _claim_of
 from portq.runtime.counters import WriteRetry
 from portq.runtime.execution import DEAD, RELEASE, RETRY, SNOOZE, SUCCEEDED, Outcome
 from portq.runtime.ledger import Ledger
-from portq.runtime.pacing import WRITE_BATCH_LIMIT
+from portq.runtime.pacing import BATCH_LIMIT, WRITE_BATCH_LIMIT
 
 #: the longest a writer waits for a batch of outcomes to gather (:meth:`Writer._linger`):
 #: 40 slots of 5 ms jobs on PostgreSQL wrote about 40 completions a statement instead of
@@ -71,7 +71,10 @@ class Writer(Ledger):
             ids = {j.id for j in owned}
             mine = [o for o in outcomes if o.job.id in ids]
         succeeded = [o for o in mine if o.kind == SUCCEEDED]
-        stored = self._store_results([o for o in succeeded if o.result is not None])
+        returned = [o for o in succeeded if o.result is not None]
+        stored: set[int] = set()
+        for i in range(0, len(returned), BATCH_LIMIT):  # a transaction each: see below
+            stored |= self._store_results(returned[i:i + BATCH_LIMIT])
         completions = [o.job for o in succeeded if o.result is None or o.job.id in stored]
         if completions:
             with self.watch("complete_many"):
@@ -98,8 +101,10 @@ class Writer(Ledger):
 
     def _store_results(self, outcomes: Sequence[Outcome]) -> set[int]:
         """Store the handlers' return values before their completions, in one
-        transaction; the ids of the jobs whose result was stored (one whose claim lost the
-        job is logged; none when the lease ran out first)."""
+        transaction (of several statements a result: the caller passes at most
+        ``BATCH_LIMIT``, so that the heartbeat's renewals, which wait for it, are not held
+        up by a writer's whole backlog); the ids of the jobs whose result was stored (one
+        whose claim lost the job is logged; none when the lease ran out first)."""
         if not outcomes:
             return set()
         jobs = [o.job for o in outcomes]
