@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -70,22 +71,35 @@ DOC = ROOT / "docs" / "benchmarks.md"
 IMAGES = ROOT / "docs" / "benchmarks"
 PG_URL = os.environ.get("PORTQ_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 MYSQL_URL = os.environ.get("PORTQ_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-# (ratio key, floor, target as the report states it, short name, cell format)
+# (ratio key, floor, target as the report states it, short name, unit: see floored)
 TARGETS = (("worker_vs_pgqueuer", 2.0, "portq worker >= 2x pgqueuer at 4 workers",
-            "pgqueuer", "{}x"),
+            "pgqueuer", "x"),
            ("worker_vs_procrastinate", 2.0, "portq worker >= 2x procrastinate at 4 workers",
-            "procrastinate", "{}x"),
+            "procrastinate", "x"),
            ("worker_vs_raw", 1.0, "portq worker >= 1.0x the raw `complete_many` ceiling "
-            "at 4 workers (issue 32)", "raw-ceiling", "{:.0%}"),
+            "at 4 workers (issue 32)", "raw-ceiling", "%"),
            ("async_vs_worker", 0.9, "AsyncWorker within 10% of the sync Worker (>= 90%) at "
-            "4 workers", "AsyncWorker", "{:.0%}"),
+            "4 workers", "AsyncWorker", "%"),
            ("worker_vs_raw_mysql", 0.95, "MariaDB: portq worker >= 95% of its raw "
             "`complete_many` ceiling at 4 workers (issue 32)", "MariaDB raw-ceiling",
-            "{:.0%}"),
+            "%"),
            ("worker_vs_raw_sqlite", 0.85, "SQLite: portq worker >= 85% of its raw "
-            "`complete_many` ceiling at 4 workers", "SQLite raw-ceiling", "{:.0%}"),
+            "`complete_many` ceiling at 4 workers", "SQLite raw-ceiling", "%"),
            ("bulk_enqueue_mysql", 20_000, "MariaDB bulk enqueue >= 20,000 jobs/s",
-            "MariaDB bulk-enqueue", "{:,.0f} jobs/s"))
+            "MariaDB bulk-enqueue", "jobs/s"))
+
+
+def floored(value: float, unit: str = "%") -> str:
+    """``value`` as a percentage (``unit`` "%"), a multiple ("x") or a rate ("jobs/s"),
+    cut down to the precision shown, never rounded up: a figure judged against a target
+    must not read as the target while it falls short (a Worker at 99.6% of the raw loop
+    read "100%")."""
+    if unit == "jobs/s":
+        return f"{math.floor(value):,} jobs/s"
+    hundredths = math.floor(value * 100 + 1e-9)
+    return f"{hundredths}%" if unit == "%" else f"{hundredths / 100:.2f}x"
+
+
 #: pickup targets: (engine, most p99 ms, target as the report states it, short name)
 PICKUP_TARGETS = (("postgres", 10, "PostgreSQL pickup p99 <= 10 ms (LISTEN/NOTIFY)",
                    "PostgreSQL pickup"),
@@ -403,13 +417,13 @@ def io_section(res: dict[str, Any]) -> list[str]:
         if not values:
             continue
         med = statistics.median(values)
-        versus = f"{med / pgq:.2f}x" if pgq and name != "pgqueuer" else ""
+        versus = floored(med / pgq, "x") if pgq and name != "pgqueuer" else ""
         bare = ceilings.get(IO_FRONT_OF[name])
         of_bare = f"{100 * med / bare:.0f}%" if bare else ""
         ok = med >= 0.85 * ideal and (pgq is None or med >= 1.5 * pgq)
         verdict = "" if name == "pgqueuer" else ("met" if ok else "missed")
         lines.append(f"| {name} | {med:,.0f} | {min(values):,.0f}-{max(values):,.0f} | "
-                     f"{100 * med / ideal:.0f}% | {of_bare} | {versus} | {verdict} |")
+                     f"{floored(med / ideal)} | {of_bare} | {versus} | {verdict} |")
     return lines + ceiling_lines(io, pgq) + wide_io_lines(io.get("wide"))
 
 
@@ -447,15 +461,15 @@ def wide_io_lines(wide: dict[str, Any] | None) -> list[str]:
     verdict = "met" if io >= 0.85 * ceiling else "missed"
     paired = [a / b for a, b in zip(wide["io"], wide["noop"], strict=True) if b]
     pairs = (f" Each round's own ratio of the two (the no-op run right after the 5 ms "
-             f"one): median {statistics.median(paired):.0%} [{min(paired):.0%}-"
-             f"{max(paired):.0%}], shown, not judged." if paired else "")
+             f"one): median {floored(statistics.median(paired))} [{floored(min(paired))}-"
+             f"{floored(max(paired))}], shown, not judged." if paired else "")
     return ["", f"An AsyncWorker of {wide['slots']} slots, its handler awaiting "
             f"`asyncio.sleep({IO_JOB_MS / 1000:g})`, {wide['jobs']:,} jobs a round: median "
             f"{io:,.0f} jobs/s ({min(wide['io']):,.0f}-{max(wide['io']):,.0f}); its ideal "
             f"is {wide['ideal']:,.0f}, and the same worker's no-op jobs (the machine's CPU "
             f"limit for it) ran at {noop:,.0f} ({min(wide['noop']):,.0f}-"
             f"{max(wide['noop']):,.0f}). The lower, {bound}, bounds it: "
-            f"{100 * io / ceiling:.0f}% of {ceiling:,.0f}, target >= 85%: {verdict}."
+            f"{floored(io / ceiling)} of {ceiling:,.0f}, target >= 85%: {verdict}."
             f"{pairs}{wide_bounds(wide)}"]
 
 
@@ -467,7 +481,7 @@ def wide_bounds(wide: dict[str, Any]) -> str:
         runs, figures = wide[kind], wide.get(f"{kind}_cpu") or []
         if len(figures) != len(runs) or not runs:
             return ""
-        f = figures[sorted(range(len(runs)), key=runs.__getitem__)[(len(runs) - 1) // 2]]
+        f = figures[_median_round(runs)]
         parts.append(f"{name} jobs {f['client_cpu_us_per_job']} µs of client CPU a job and "
                      f"{f['server_cpu_us_per_job']} of the server's, the client "
                      f"{f['client_core_pct']:.0f}% of a core (its busiest thread, "
@@ -733,14 +747,14 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
         raw = rounds.get("raw complete_many") or rate(
             [r for r in res["raw"] if r.get("engine") == engine], 4, complete="complete_many")
         if theirs and raw:
-            out[f"worker_vs_raw_{engine}"] = round(theirs / raw, 2)
+            out[f"worker_vs_raw_{engine}"] = theirs / raw
     if mine:
         for peer, theirs in peers.items():
-            out[f"worker_vs_{peer}"] = round(mine / theirs, 2)
+            out[f"worker_vs_{peer}"] = mine / theirs
         if ceiling:
-            out["worker_vs_raw"] = round(mine / ceiling, 2)
+            out["worker_vs_raw"] = mine / ceiling
         if mine_async:
-            out["async_vs_worker"] = round(mine_async / mine, 2)
+            out["async_vs_worker"] = mine_async / mine
     return out
 
 
@@ -862,6 +876,22 @@ def bound_sentence(engine: str, rows: list[dict[str, Any]]) -> str:
             f"bound: {', '.join(r.get('bounds') or [bench.process_bound(r)])}.")
 
 
+def target_rows(res: dict[str, Any]) -> list[str]:
+    """The targets table's ratio rows: each target, its ratio of medians (what the verdict
+    reads) and each round's own ratio (median and range), every figure floored."""
+    r = ratios(res)
+    paired = paired_ratios(res) if r["from"].startswith("head") else {}
+    rows = []
+    for key, _, target, _, unit in TARGETS:
+        value = r.get(key)
+        pair = paired.get(key)
+        each = f"{floored(pair[0], unit)} [{floored(pair[1], unit)}-" \
+            f"{floored(pair[2], unit)}]" if pair else "-"
+        rows.append(f"| {target} | {floored(value, unit) if value is not None else '-'} | "
+                    f"{each} |")
+    return rows
+
+
 def write_doc(res: dict[str, Any], images: list[str]) -> None:
     """docs/benchmarks.md from one run's results (every table and sentence from ``res``)."""
     m = res["machine"]
@@ -902,14 +932,7 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               "drifted between rounds. It is shown, not judged.", "",
               "| target | this run | each round's own ratio: median [range] |",
               "|---|---|---|"]
-    paired = paired_ratios(res) if r["from"].startswith("head") else {}
-    for key, _, target, _, fmt in TARGETS:
-        value = r.get(key)
-        pair = paired.get(key)
-        each = f"{fmt.format(round(pair[0], 2))} [{fmt.format(round(pair[1], 2))}-" \
-            f"{fmt.format(round(pair[2], 2))}]" if pair else "-"
-        lines.append(f"| {target} | {fmt.format(value) if value is not None else '-'} | "
-                     f"{each} |")
+    lines += target_rows(res)
     for engine, _, target, _ in PICKUP_TARGETS:
         value = r.get(f"pickup_p99_{engine}")
         lines.append(f"| {target} | {f'{value:g} ms' if value is not None else '-'} | - |")
@@ -1015,7 +1038,7 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
                                       for i in images]
     def share(key: str) -> str:
         value = r.get(key)
-        return f"{value:.0%}" if value else "an unmeasured share"
+        return floored(value) if value else "an unmeasured share"
     lines += ["", "## What bounds throughput", "",
               ANALYSIS.format(verdict=verdict(r), worker_vs_raw=share("worker_vs_raw"),
                               sqlite_share=share("worker_vs_raw_sqlite"),
