@@ -1216,6 +1216,14 @@ statement) another runs its Python, so only the SQL is serial; in the Worker the
 writer runs both, one after the other, and the handler threads' Python runs beside it.
 The Worker ran at {sqlite_share} of the raw loop in this run.
 
+Many slots, one completion batcher: an AsyncWorker of 200 slots finishes more jobs during
+one `complete_many` than a claim holds. The batcher takes all of them, up to 1,000
+(`WRITE_BATCH_LIMIT`), where it took at most 100 and fell behind for good. In 4
+interleaved rounds against the previous commit, 5 ms jobs went from 15,055 to 20,412
+jobs/s and no-op jobs from 14,576 to 24,235. 4 and 40 slots, where it kept up, did not
+move. The 200-slot line of the I/O-bound section gives this run's figures and what bounded
+them.
+
 What changed on 2026-12-06 (issue 32), each measured in interleaved rounds (a fresh
 process per run, 30,000 no-op jobs, 4 threads, batch 20), against the raw loop of the
 same rounds:
