@@ -470,24 +470,12 @@ def wide_io_lines(wide: dict[str, Any] | None) -> list[str]:
             f"limit for it) ran at {noop:,.0f} ({min(wide['noop']):,.0f}-"
             f"{max(wide['noop']):,.0f}). The lower, {bound}, bounds it: "
             f"{floored(io / ceiling)} of {ceiling:,.0f}, target >= 85%: {verdict}."
-            f"{pairs}{wide_bounds(wide)}"]
+            f"{pairs}" + (" What bounded its median rounds: the table \"What bounded each "
+                          "run\"." if wide.get("io_cpu") else "")]
 
 
-def wide_bounds(wide: dict[str, Any]) -> str:
-    """What bounded the wide case's median rounds (5 ms and no-op jobs), as the table
-    "What bounded each run" reads it (runs of an older results file have no figures)."""
-    parts = []
-    for kind, name in (("io", "5 ms"), ("noop", "no-op")):
-        runs, figures = wide[kind], wide.get(f"{kind}_cpu") or []
-        if len(figures) != len(runs) or not runs:
-            return ""
-        f = figures[_median_round(runs)]
-        parts.append(f"{name} jobs {f['client_cpu_us_per_job']} µs of client CPU a job and "
-                     f"{f['server_cpu_us_per_job']} of the server's, the client "
-                     f"{f['client_core_pct']:.0f}% of a core (its busiest thread, "
-                     f"{f['busiest_thread']}, {f['busiest_thread_pct']:.0f}%), the machine "
-                     f"{f['machine_busy_pct']:.0f}% busy: {f['bound']}")
-    return f" What bounded the median rounds: {'; '.join(parts)}."
+#: the wide case's two kinds of rounds: (key in the results, name in the report)
+WIDE_KINDS = (("io", "5 ms jobs"), ("noop", "no-op jobs"))
 
 
 def pickup_runs(engines: list[str], urls: dict[str, str],
@@ -819,6 +807,10 @@ def cpu_section(res: dict[str, Any]) -> list[str]:
              for engine, cpu in res.get("engine_rounds_cpu", {}).items()]
     io = res.get("io") or {}
     sets.append(("PostgreSQL, I/O-bound jobs", io.get("runs", {}), io.get("cpu", {})))
+    wide = io.get("wide") or {}
+    sets.append((f"PostgreSQL, AsyncWorker of {wide.get('slots')} slots",
+                 {name: wide.get(kind, []) for kind, name in WIDE_KINDS},
+                 {name: wide.get(f"{kind}_cpu") for kind, name in WIDE_KINDS}))
     lines = ["### What bounded each run", "",
              "Each contender's round with the median jobs/s, as `portq.bench.cpu` sampled it "
              "from /proc while it ran: the CPU of the "

@@ -430,7 +430,8 @@ def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
 def test_run_py_states_what_bounded_the_wide_asyncio_rounds() -> None:
     """The 200-slot asyncio case of docs/benchmarks.md: its verdict against the lower of
     the ideal and the no-op rate, each round's own ratio of the two, and the CPU figures
-    of each kind's median round (left out for results that have none)."""
+    of each kind's median round in the table "What bounded each run" (left out for
+    results that have none)."""
     run = run_py()
 
     def figures(client: float, busy: float) -> dict[str, Any]:
@@ -447,10 +448,18 @@ def test_run_py_states_what_bounded_the_wide_asyncio_rounds() -> None:
     assert "83% of 24,000, target >= 85%: missed" in text
     # per round 0.85, 0.8, 0.875
     assert "median 85% [80%-87%]" in text
-    assert "5 ms jobs 36.0 µs of client CPU a job" in text and "79% busy" in text
-    assert "no-op jobs 27.0 µs" in text and "MainThread, 38%" in text
+    assert "What bounded its median rounds" in text
+    rows = [line for line in run.cpu_section({"io": {"wide": wide}})
+            if line.startswith("| PostgreSQL, AsyncWorker of 200 slots")]
+    # the median rounds: 5 ms jobs 20,000 (36 µs, 79% busy), no-op 24,000 (27 µs)
+    assert rows == [
+        "| PostgreSQL, AsyncWorker of 200 slots | 5 ms jobs | 20,000 | 36 | 40 | 70% | "
+        "MainThread 38% | 79% | waits (round trips, commits, locks) |",
+        "| PostgreSQL, AsyncWorker of 200 slots | no-op jobs | 24,000 | 27 | 40 | 70% | "
+        "MainThread 38% | 82% | waits (round trips, commits, locks) |"], rows
     older = {k: v for k, v in wide.items() if not k.endswith("_cpu")}
     assert "What bounded" not in run.wide_io_lines(older)[1]
+    assert run.cpu_section({"io": {"wide": older}}) == []
 
 
 def test_run_py_never_shows_a_missed_target_as_met() -> None:
