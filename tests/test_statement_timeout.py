@@ -99,3 +99,34 @@ def test_a_listing_the_database_stops_is_a_readable_503(engine_url: str, queue: 
         assert r.status_code == 503, r.text[:500]
         assert "stopped this listing after 0.001 s" in r.text
         assert "Traceback" not in r.text
+
+
+def test_a_stopped_listing_keeps_its_message_when_the_pages_other_reads_stop_too(
+        engine_url: str, queue: portq.Queue, qname: str) -> None:
+    """After a stopped listing the Jobs page still reads the workers' registry (its queue
+    filter's choices); a loaded database stopped that read too and the page became the
+    generic "database unavailable" 503 (seen in CI). Here a registry of 2,000 workers with
+    long queue lists makes that read outlast 1 ms every time: the page keeps the
+    listing's own message and offers no queue names."""
+    from starlette.testclient import TestClient
+
+    from portq.job import WorkerInfo
+    from portq.web import app as web_app
+    queue.enqueue_many([{"queue": qname, "payload": {"text": "x" * 2000, "i": i}}
+                        for i in range(3000)])
+    served = tuple(f"{qname}-{n}" for n in range(60))
+    ids = [f"{qname}-w{n}" for n in range(2000)]
+    for worker_id in ids:
+        queue.backend.beat_worker(WorkerInfo(worker_id, "host", 1, served, 4), 600_000)
+    try:
+        with portq.connect(engine_url, prefix=TEST_PREFIX, statement_timeout_ms=1) as q:
+            with pytest.raises(StatementTimeout):
+                q.workers()  # the registry's read alone outlasts the timeout
+            with TestClient(web_app(q), base_url="http://127.0.0.1") as c:
+                r = c.get(f"/jobs?queue={qname}&text=no-such-needle")
+        assert r.status_code == 503, r.text[:500]
+        assert "stopped this listing after 0.001 s" in r.text
+        assert served[0] not in r.text.replace(f"value=\"{qname}\"", "")
+    finally:
+        for worker_id in ids:
+            queue.backend.deregister_worker(worker_id)

@@ -111,11 +111,17 @@ def jobs(request: Request) -> Response:
     read_only = dash.settings.read_only
     bulk = [] if read_only or f.key or f.text or not f.state else \
         [(name, label) for name, (label, states) in ACTIONS.items() if f.state in states]
+    try:  # the queue filter's choices: the workers' registry, read after the listing
+        queues = served_queues(dash.queue.workers())
+    except StatementTimeout:
+        # a loaded database stopped this small read too: the page keeps its own answer
+        # (a stopped listing's readable 503), the filter offers no queue names
+        queues = []
     return dash.render(request, "jobs.html", status=status, f=f, rows=rows,
                        page_size=PAGE_SIZE, select=not read_only and bool(rows),
                        live="jobs" if not f.after_id and not error else None,
                        error=error, next_query=next_query, first_query=f.query(),
-                       bulk=bulk, queues=served_queues(dash.queue.workers()),
+                       bulk=bulk, queues=queues,
                        states=STATES, orders=ORDERS, notice=notice(request))
 
 
