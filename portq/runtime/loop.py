@@ -39,6 +39,10 @@ class LoopExecutor:
         self._runtime = runtime
 
     def jobs_waiting(self) -> None:
+        # every claim wakes the loop, even when no task is idle (a busy one takes the
+        # next job itself): waking it only for idle tasks cut the wake-ups from 1,512 to
+        # 241 a run and measured slower (40 slots of 5 ms jobs, PostgreSQL, medians of 3
+        # interleaved rounds: 6,715 jobs/s against 6,930)
         call_soon(self.loop, self._dispatch)
 
     def _dispatch(self) -> None:

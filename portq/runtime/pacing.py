@@ -108,7 +108,8 @@ BATCH_LIMIT = 100
 WRITE_BATCH_LIMIT = 1000
 #: completion batchers a worker runs: one, which writes whatever finished while its
 #: previous batch committed (two split those batches: more commits, and measured slower
-#: on PostgreSQL and MariaDB, no-op and I/O-bound jobs, both fronts)
+#: on PostgreSQL and MariaDB, no-op and I/O-bound jobs, both fronts; claims that carried
+#: the waiting completions in their own statement were slower too: docs/operations.md)
 COMPLETION_BATCHERS = 1
 #: claim batch when none is given: enough to amortise a round trip, never over capacity
 DEFAULT_BATCH = 20
