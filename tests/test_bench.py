@@ -275,6 +275,44 @@ def test_cpu_meter_names_the_thread_that_used_the_cpu() -> None:
     assert f["bound"] == bench.cpu_bound(f)
 
 
+def test_cpu_meter_counts_a_tracked_thread_that_ends_between_two_samples() -> None:
+    """A thread started after the meter's start that spins and ends before the meter's
+    first sample (a SQLite run of 10,000 jobs lasts about that long) is counted whole
+    when its target was made by ``tracked``: it is the busiest thread, with its own CPU.
+    The same spin untracked is not counted (what the report showed before: the main
+    thread as a run's busiest)."""
+    import threading
+    import time
+
+    spun: dict[str, float] = {}
+
+    def spin() -> None:
+        # 0.1 s of this thread's own CPU (at most 5 s of wall time on a loaded machine)
+        deadline = time.perf_counter() + 5
+        while time.thread_time() < 0.1 and time.perf_counter() < deadline:
+            pass
+        spun[threading.current_thread().name] = time.thread_time()
+
+    def metered(name: str, track: bool) -> tuple[dict[str, Any], float]:
+        started = time.perf_counter()
+        with bench.CpuMeter(()) as meter:
+            thread = threading.Thread(target=meter.tracked(spin) if track else spin,
+                                      name=name)
+            thread.start()
+            thread.join()
+        took = time.perf_counter() - started
+        if took >= bench.METER_SAMPLE_S:
+            pytest.skip(f"a spin took {took:.2f}s: a sample may have caught it")
+        return meter.figures(1000), took
+
+    f, took = metered("test-tracked", True)
+    assert f["busiest_thread"] == "test-tracked", f
+    counted = f["busiest_thread_pct"] / 100 * took  # took: the meter's span, or a bit more
+    assert spun["test-tracked"] * 0.9 <= counted <= spun["test-tracked"] * 1.2, (counted, spun)
+    f, _ = metered("test-untracked", False)
+    assert f["busiest_thread"] != "test-untracked", f
+
+
 @pytest.mark.parametrize(("figures", "bound"), [
     ({"machine_busy_pct": 97.0, "client_cpu_us_per_job": 40.0,
       "server_cpu_us_per_job": 60.0, "client_core_pct": 60.0}, "CPU (server)"),

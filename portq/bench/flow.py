@@ -97,8 +97,9 @@ def throughput_run(queue: Queue, jobs: int, workers: int, batch: int | None,
         enqueued_s = bulk_enqueue(queue, name, jobs)
         worker = Worker(queue, name, handler, concurrency=workers, batch=batch,
                         **RUN_OPTIONS, **options)
-        thread = threading.Thread(target=worker.run, name="portq-bench-worker", daemon=True)
         with meter(queue.backend.engine) as cpu:
+            thread = threading.Thread(target=cpu.tracked(worker.run),
+                                      name="portq-bench-worker", daemon=True)
             started = time.perf_counter()
             thread.start()
             while thread.is_alive():

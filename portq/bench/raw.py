@@ -164,9 +164,10 @@ def raw_throughput_run(queue: Queue, jobs: int, workers: int, batch: int,
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(loop,), name=f"portq-bench-raw-{i}")
-               for i, loop in enumerate(loops)]
     with meter(backend.engine) as cpu:
+        threads = [threading.Thread(target=cpu.tracked(functools.partial(run, loop)),
+                                    name=f"portq-bench-raw-{i}")
+                   for i, loop in enumerate(loops)]
         started = time.perf_counter()
         for t in threads:
             t.start()
