@@ -29,11 +29,25 @@ MAX_PAYLOAD_DEPTH = 31
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: the most characters of a refused value an error message shows
+SHOWN_CHARS = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to :data:`SHOWN_CHARS` characters with
+    the full length given (a 5,000-character key is named, not printed)."""
+    text = repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    size = f" ({len(value):,} characters)" if isinstance(value, str) else ""
+    return f"{text[:SHOWN_CHARS - 1]}…{size}"
+
+
 def validate_queue(name: str) -> str:
     """Return ``name`` if it is 1-128 characters of ``[A-Za-z0-9_.:-]``."""
     if not isinstance(name, str) or not QUEUE_NAME.match(name):
         raise InvalidQueueName(
-            f"invalid queue name {name!r}: use 1-128 characters of letters, digits, "
+            f"invalid queue name {shown(name)}: use 1-128 characters of letters, digits, "
             "'_', '.', ':' and '-'")
     return name
 
@@ -43,7 +57,7 @@ def validate_worker_id(worker_id: str) -> str:
     if not isinstance(worker_id, str) or not 1 <= len(worker_id) <= 200:
         raise ConfigurationError("worker_id must be a string of 1-200 characters")
     if not _storable_text(worker_id):
-        raise ConfigurationError(f"worker_id {worker_id!r} holds a NUL character or a lone "
+        raise ConfigurationError(f"worker_id {shown(worker_id)} holds a NUL character or a lone "
                                  "surrogate, which not every database can store")
     return worker_id
 
@@ -53,9 +67,9 @@ def validate_key(key: str) -> str:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
         raise ConfigurationError(f"key must be a non-empty string of at most "
                                  f"{MAX_KEY_LENGTH} characters (Oracle stores '' as NULL), "
-                                 f"got {key!r}")
+                                 f"got {shown(key)}")
     if not _storable_text(key):
-        raise ConfigurationError(f"key {key!r} holds a NUL character or a lone surrogate, "
+        raise ConfigurationError(f"key {shown(key)} holds a NUL character or a lone surrogate, "
                                  "which not every database can store")
     return key
 
@@ -63,7 +77,7 @@ def validate_key(key: str) -> str:
 def positive_int(value: Any, what: str, *, allow_zero: bool = False) -> int:
     """``value`` as an int that is > 0 (or >= 0), else a :class:`ConfigurationError`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{what} must be an integer, got {value!r}")
+        raise ConfigurationError(f"{what} must be an integer, got {shown(value)}")
     if value < 0 or (value == 0 and not allow_zero) or value > INT32:
         bound = ">= 0" if allow_zero else "> 0"
         raise ConfigurationError(f"{what} must be {bound} and <= {INT32}, got {value}")
@@ -75,7 +89,7 @@ def validate_priority(priority: Any) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) or \
             not -INT32 <= priority <= INT32:
         raise ConfigurationError(f"priority must be an integer in 32-bit range, "
-                                 f"got {priority!r}")
+                                 f"got {shown(priority)}")
     return priority
 
 
@@ -93,7 +107,7 @@ def concurrency_options(key: Any, limit: Any) -> tuple[str | None, int | None]:
         raise ConfigurationError("concurrency_limit limits the jobs of one concurrency_key: "
                                  "give concurrency_key too")
     if limit is None:
-        raise ConfigurationError(f"concurrency_key {key!r} needs concurrency_limit (the "
+        raise ConfigurationError(f"concurrency_key {shown(key)} needs concurrency_limit (the "
                                  "most running jobs of that key, at least 1)")
     try:
         validate_key(key)
@@ -101,7 +115,7 @@ def concurrency_options(key: Any, limit: Any) -> tuple[str | None, int | None]:
         raise ConfigurationError(f"concurrency_key: {exc}") from None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INT32:
         raise ConfigurationError(f"concurrency_limit must be an integer of at least 1, "
-                                 f"got {limit!r}")
+                                 f"got {shown(limit)}")
     return key, limit
 
 
@@ -120,7 +134,7 @@ def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
                                  "give key= too")
     if not isinstance(unique_per_queue, bool):
         raise ConfigurationError(f"unique_per_queue must be True or False, "
-                                 f"got {unique_per_queue!r}")
+                                 f"got {shown(unique_per_queue)}")
     period_ms = None if unique_for is None else given_ms(unique_for, "unique_for")
     states: tuple[str, ...] | None = None
     if unique_states is not None:
@@ -128,7 +142,7 @@ def unique_scope(queue: str, key: str | None, *, unique_per_queue: bool = False,
         bad = [s for s in names if s not in set(State)]
         if bad or not names:
             raise ConfigurationError(f"unique_states must be some of "
-                                     f"{', '.join(State)}; got {names!r}")
+                                     f"{', '.join(State)}; got {shown(names)}")
         states = tuple(sorted(set(names)))
     scope = json.dumps([queue if unique_per_queue else None, key], ensure_ascii=False)
     return UniqueScope(hashlib.sha256(scope.encode("utf-8")).hexdigest(), period_ms, states)
@@ -150,7 +164,7 @@ def duration_ms(seconds: Any, what: str, *, allow_zero: bool = False) -> int:
     """Seconds (int or float) as whole milliseconds, validated."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or \
             not math.isfinite(seconds):
-        raise ConfigurationError(f"{what} must be a number of seconds, got {seconds!r}")
+        raise ConfigurationError(f"{what} must be a number of seconds, got {shown(seconds)}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         raise ConfigurationError(f"{what} must be {'>= 0' if allow_zero else '> 0'} seconds, "
                                  f"got {seconds}")
@@ -168,7 +182,7 @@ def _unexpected(function: str, name: str, known: Sequence[str]) -> str:
         difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]}?)" if close else \
         f"; it takes {', '.join(known)}"
-    return f"{function}() got an unexpected keyword argument {name!r}{hint}"
+    return f"{function}() got an unexpected keyword argument {shown(name)}{hint}"
 
 
 

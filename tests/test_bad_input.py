@@ -151,6 +151,10 @@ def test_cli_rejects_bad_input_and_writes_nothing(engine_url: str, queue: portq.
     cases = [
         (["enqueue", *base, "--queue", "bad name"], "invalid queue name 'bad name'"),
         (["enqueue", *base, "--queue", "x" * 129], "invalid queue name"),
+        # a long refused value is named with its length, not printed whole
+        (["enqueue", *base, "--queue", "x" * 5000], "x… (5,000 characters): use 1-128"),
+        (["enqueue", *base, "--queue", qname, "--key", "k" * 5000],
+         "at most 255 characters (Oracle stores '' as NULL), got 'kkk"),
         (["enqueue", *base, "--queue", qname, "--max-attempts", "0"], "must be > 0"),
         (["enqueue", *base, "--queue", qname, "--delay=-5s"], "invalid duration"),
         (["enqueue", *base, "--queue", qname, "--prefix", "x;drop"], "invalid table prefix"),
@@ -177,6 +181,8 @@ def test_cli_rejects_bad_input_and_writes_nothing(engine_url: str, queue: portq.
         assert proc.returncode != 0, f"{args} exited 0"
         assert message in proc.stderr, f"{args}: {proc.stderr}"
         assert "Traceback" not in proc.stderr, proc.stderr
+        error = proc.stderr.splitlines()[-1]  # after argparse's usage, if it printed it
+        assert len(error) < 300, f"{args}: {len(error)} characters of error"
     assert rows_where(queue, "queue = :q OR queue = :bad OR queue LIKE :long",
                       {"q": qname, "bad": "bad name", "long": "x" * 100 + "%"}) == 0
 
