@@ -1242,8 +1242,11 @@ json_group_array(...)` row (fewer hand-offs of the GIL; 31,340-33,719 against
 75%), completions every 5 claims (within the noise of 4). Earlier attempts (2026-12-05):
 the completions and the next claim in one transaction, `complete_many` as a fenced
 `SELECT json_group_array(...)` plus an `UPDATE`, handler threads letting go of the GIL
-after each job: none faster. The table "What bounded each run" above gives this run's
-CPU per job and per core.
+after each job: none faster. Later (2026-12-06, docs/operations.md): a claimed job's
+fields made on first use on the handler's thread (0.934 of the Worker's jobs/s, paired,
+6 rounds: the handlers' Python takes the GIL from the writer as the writer's own does),
+handler threads handing over up to 8 outcomes at once (+2.6%, not kept). The table "What
+bounded each run" above gives this run's CPU per job and per core.
 """
 
 PLOT = r'''
