@@ -103,6 +103,11 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     job_id = _one_job_id(args)
     with open_queue(args) as q:
         nodes = graph(q, job_id)
+    if nodes == [{"id": job_id, "state": None, "queue": None, "after": []}]:
+        # no row and no job linked to it: not a pruned job of a workflow, none at all
+        print(f"portq: error: no such job {job_id} (never enqueued, or pruned with no "
+              "job left that depends on it)", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(nodes, indent=2))
         return 0

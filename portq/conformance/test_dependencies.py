@@ -326,6 +326,11 @@ def test_cli_enqueue_depends_on_and_workflow_shows_the_graph(
         [(a, "ready", []), (b, "ready", []), (c, "waiting", [a, b])]
     text = run_portq("workflow", engine_url, str(c), "--prefix", prefix).stdout
     assert "waiting" in text and f"{a},{b}" in text
+    # an id that no job has, and that no job depends on: an error, as `portq job` gives
+    missing = run_portq("workflow", engine_url, str(c + 10**9), "--prefix", prefix,
+                        check=False)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert f"no such job {c + 10**9}" in missing.stderr, missing.stderr
     bad = run_portq("enqueue", engine_url, "--prefix", prefix, "--queue", qname,
                     "--depends-on", "x,1", check=False)
     assert bad.returncode == 2 and "--depends-on 'x,1' must be job ids" in bad.stderr
