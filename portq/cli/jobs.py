@@ -103,7 +103,7 @@ def cmd_workflow(args: argparse.Namespace) -> int:
     job_id = _one_job_id(args)
     with open_queue(args) as q:
         nodes = graph(q, job_id)
-    if nodes == [{"id": job_id, "state": None, "queue": None, "after": []}]:
+    if len(nodes) == 1 and nodes[0]["state"] is None:
         # no row and no job linked to it: not a pruned job of a workflow, none at all
         print(f"portq: error: no such job {job_id} (never enqueued, or pruned with no "
               "job left that depends on it)", file=sys.stderr)
