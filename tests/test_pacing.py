@@ -5,6 +5,7 @@ from __future__ import annotations
 from portq.runtime.pacing import (
     LOOKAHEAD_BOUND_SHARE,
     LOOKAHEAD_SLOW_CYCLES,
+    ONE_LOOP_SHARE,
     RoundRobin,
     claim_batch,
 )
@@ -97,6 +98,31 @@ def test_look_ahead_judges_job_length_by_the_fastest_recent_claim() -> None:
         look.claim_took(0.200)  # the machine is loaded: claims take 200 ms for a while
     starts_per_s = 3 / 0.050
     assert look.size() == int(starts_per_s * 4 * 0.002 * LOOKAHEAD_SLOW_CYCLES) == 1
+
+
+def test_one_claim_loop_keeps_up_while_few_jobs_start_per_round_trip() -> None:
+    """The other claim loops rest while the handlers start fewer than ONE_LOOP_SHARE of
+    a batch during the fastest recent claim's round trip (40 slots of 5 ms jobs, 1 ms
+    claims: 8 starts a round trip against 13.3 of a batch of 40), and claim while more
+    start (the same slots with 1 ms jobs: 40; short jobs: thousands). Nothing measured:
+    all claim."""
+    def look(concurrency: int, job_s: float, *claims_s: float) -> LookAhead:
+        la = LookAhead(concurrency=concurrency, lease=30.0, ceiling=640)
+        la.job_ran(job_s)
+        for claim_s in claims_s:
+            la.claim_took(claim_s)
+        return la
+
+    assert round(ONE_LOOP_SHARE * 40, 1) == 13.3
+    assert look(40, 0.005, 0.001).one_loop_keeps_up(40)              # 8 starts
+    assert not look(40, 0.005, 0.002).one_loop_keeps_up(40)          # 16
+    assert look(40, 0.005, 0.002, 0.001).one_loop_keeps_up(40)       # the fastest counts
+    assert not look(40, 0.001, 0.001).one_loop_keeps_up(40)          # 40
+    assert not look(4, 0.00001, 0.001).one_loop_keeps_up(20)         # no-op jobs: 400
+    assert look(4, 0.0005, 0.0005).one_loop_keeps_up(20)             # 4 of 6.7
+    assert not look(4, 0.0005, 0.0005).one_loop_keeps_up(10)         # 4 of 3.3
+    assert not LookAhead(concurrency=40, lease=30.0, ceiling=640).one_loop_keeps_up(40)
+    assert not look(40, 0.005).one_loop_keeps_up(40)                 # no claim measured
 
 
 def test_a_single_writer_claims_what_four_claim_loops_would() -> None:

@@ -41,7 +41,9 @@ class ClaimLoops(Writer):
         """Claim rounds until stopped. The main loop (``index`` 0) also gives back jobs
         left unstarted too long, reaps, prunes and, with ``burst``, decides when the queues
         are drained; the others (``index`` 1, 2, ...) only claim, and with the automatic
-        look-ahead only while there is one (slow jobs need no second claim loop) and
+        look-ahead only while there is one (slow jobs need no second claim loop), while
+        one loop does not keep up alone (:meth:`~portq.runtime.pacing.LookAhead.one_loop_keeps_up`:
+        jobs that start a few per round trip, such as many slots of I/O-bound jobs) and
         while their index is within :attr:`claim_loops`."""
         main = index == 0
         s = self.settings
@@ -53,7 +55,8 @@ class ClaimLoops(Writer):
             if s.auto_lookahead:
                 if main:
                     self._give_back_stale()
-                elif index >= self.claim_loops or self.lookahead.size() == 0:
+                elif index >= self.claim_loops or self.lookahead.size() == 0 or \
+                        self.lookahead.one_loop_keeps_up(self.claim_batch):
                     self._stopping.wait(0.05)
                     continue
             written = self._write_outcomes(self._writes.take(BATCH_LIMIT)) \

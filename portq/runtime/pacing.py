@@ -94,6 +94,17 @@ LOOKAHEAD_CYCLES = 8
 LOOKAHEAD_SLOW_CYCLES = 4
 #: most jobs of look-ahead per claim loop
 LOOKAHEAD_PER_CLAIMER = 160
+#: one claim loop keeps up, and the others rest, while the handlers start fewer than
+#: this share of a claim batch during the fastest recent claim's round trip
+#: (:meth:`LookAhead.one_loop_keeps_up`). Seen during runs on PostgreSQL, one process
+#: (10th-90th percentile of that share): 40 slots of 5 ms jobs 0.19-0.25, 4 threads of
+#: 0.5 ms jobs 0.22-0.34, 200 slots of 5 ms jobs 0.41-1.3, 40 slots of 1 ms jobs 0.5-1.7
+#: (which one loop left 8-15% slower). Against all loops claiming (4 interleaved rounds,
+#: a fresh process a run, paired ratios): 40 slots of 5 ms jobs 1.018 [1.010-1.031] on
+#: the asyncio front (6,834 -> 6,957 jobs/s) and 1.034 [1.027-1.035] on threads; 4
+#: threads of 0.5 ms jobs 1.064 [1.056-1.093]; unchanged (all loops claim): no-op jobs
+#: 0.995 [0.935-1.018], 200 slots of 5 ms jobs 1.001 [0.939-1.030]
+ONE_LOOP_SHARE = 1 / 3
 #: claim loops a worker runs (no more than its handler threads) while it has a look-ahead
 AUTO_CLAIMERS = 4
 #: most jobs in one claim (and in one write of a single writer's outcomes: its writes hold
@@ -176,6 +187,18 @@ class LookAhead:
         self._recent.append(seconds)
         self._fastest = min(self._recent)
         self._size = None
+
+    def one_loop_keeps_up(self, batch: int) -> bool:
+        """Whether one claim loop keeps the line filled: the handlers start fewer than
+        :data:`ONE_LOOP_SHARE` of a ``batch`` during the fastest recent claim's round
+        trip (one loop's claims have room to spare). More loops would then only split
+        the same jobs into more, smaller claims, each a round trip, a wake-up of the
+        handlers and the GIL for its rows. False until a job and a claim have been
+        measured."""
+        job, fastest = self._job_s, self._fastest
+        if job is None or fastest == math.inf:
+            return False
+        return self.concurrency / job * fastest < ONE_LOOP_SHARE * batch
 
     def size(self) -> int:
         """Jobs that may wait for a handler thread now (worked out again only after a
