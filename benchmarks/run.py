@@ -1189,7 +1189,8 @@ what varies between the rows of that table is machine noise.
 background by a completion batcher (one `complete_many` statement per batch), claims sized
 to free threads plus a look-ahead that Little's law sizes from the measured job and claim
 times (0 while jobs outlast a claim's round trip, bounded by a tenth of the lease), and up
-to 4 claim loops while there is a look-ahead. What bounds it is Python CPU per job
+to 4 claim loops while there is a look-ahead and one alone would not keep up (below).
+What bounds it is Python CPU per job
 (binding, dispatch, bookkeeping) under the GIL, on 2 cores it shares with PostgreSQL and
 the other contenders' leftovers: with 4 workers it ran at {worker_vs_raw} of the bare
 `complete_many` loop, which does the same SQL with none of the Worker's bookkeeping.
@@ -1215,6 +1216,18 @@ interleaved rounds against the previous commit, 5 ms jobs went from 15,055 to 20
 jobs/s and no-op jobs from 14,576 to 24,235. 4 and 40 slots, where it kept up, did not
 move. The 200-slot line of the I/O-bound section gives this run's figures and what bounded
 them.
+
+One claim loop where it keeps up: the loops beyond the first rest while the handlers
+start fewer than a third of a claim batch during the fastest recent claim's round trip
+(`ONE_LOOP_SHARE`; 40 slots of 5 ms jobs start about 8,000 a second, a quarter of a batch
+of 40 per round trip). There, 4 loops only split the same jobs into more, smaller claims,
+each a round trip, a wake-up of the handlers and a turn of the GIL. Against the previous
+commit, 4 interleaved rounds on PostgreSQL, a fresh process a run, paired ratios: 40
+slots of 5 ms jobs 1.018 [1.010-1.031] on the asyncio front (6,834 -> 6,957 jobs/s) and
+1.034 [1.027-1.035] on threads (7,202 -> 7,436); 4 threads of 0.5 ms jobs 1.064
+[1.056-1.093]. No-op jobs (0.995 [0.935-1.018]), 200 slots of 5 ms jobs (1.001
+[0.939-1.030]) and 40 slots of 1 ms jobs, which one loop left 8-15% slower, keep all
+their loops.
 
 What changed on 2026-12-06 (issue 32), each measured in interleaved rounds (a fresh
 process per run, 30,000 no-op jobs, 4 threads, batch 20), against the raw loop of the
@@ -1245,7 +1258,11 @@ the completions and the next claim in one transaction, `complete_many` as a fenc
 after each job: none faster. Later (2026-12-06, docs/operations.md): a claimed job's
 fields made on first use on the handler's thread (0.934 of the Worker's jobs/s, paired,
 6 rounds: the handlers' Python takes the GIL from the writer as the writer's own does),
-handler threads handing over up to 8 outcomes at once (+2.6%, not kept). The table "What
+handler threads handing over up to 8 outcomes at once (+2.6%, not kept); later still,
+claims and writes on two connections of their own, as on the other engines (0.78 of the
+one writer's jobs/s, medians of 2 interleaved rounds of 3 runs: the two meet in SQLite's
+sleeping busy handler), and the same with the two taking turns on an in-process lock
+instead (0.57-0.61; why that is slower still was not looked into). The table "What
 bounded each run" above gives this run's CPU per job and per core.
 """
 
