@@ -76,6 +76,8 @@ class Runtime(ClaimLoops, Leases):
     def _start_threads(self) -> None:
         s = self.settings
         self._executor.start(self)
+        if self.handler.progress is not None:
+            self.handler.progress.start()
         # engines that know their server's history (PostgreSQL) call it on a failover
         self.queue.backend.watch_identity(self._history_changed)
         for n in range(1, s.claimers):
@@ -125,6 +127,8 @@ class Runtime(ClaimLoops, Leases):
         self._writes.close()  # the writers write the outcomes still waiting, then stop
         for thread in self._writers:
             thread.join()
+        if self.handler.progress is not None:
+            self.handler.progress.close()
         self._done.set()
         self.line.close()
         self._executor.close()

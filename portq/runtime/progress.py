@@ -10,7 +10,11 @@ after a quiet second is written at once. Each write is fenced like every write o
 owner (``set_progress``: job, generation, worker, running, lease not expired), so a worker
 that lost the job writes nothing. A report still waiting when its handler returns is
 dropped: the outcome's write follows at once, and a fenced write after it would be refused
-anyway. The thread starts on the first report and ends after :attr:`IDLE_S` without any."""
+anyway. A worker starts the thread as it starts and stops it as it shuts down
+(:meth:`ProgressWriter.start`, :meth:`ProgressWriter.close`), so that no report waits for a
+thread to start (the first one did: up to 9 ms beside six busy processes on 2 cores, over
+50 ms under CI's load); a runner outside a worker (``portq.testing``) starts it on its first
+report, and it then ends after :attr:`IDLE_S` without any."""
 
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ class ProgressWriter:
         self._waiting: dict[Attempt, tuple[Job, float | None, str]] = {}
         self._sent = -interval  # when the last batch was sent (time.monotonic())
         self._thread: threading.Thread | None = None
+        self._kept = False  # started by a worker: no idle end, only close()
+        self._closing = False
         #: reports written, reports the database refused (the claim no longer owned the
         #: job), and transactions sent
         self.written = self.refused = self.batches = 0
@@ -50,15 +56,36 @@ class ProgressWriter:
         #: owns (``Ledger._row_writes``; a write of several reports locks several rows)
         self.row_writes: AbstractContextManager[object] = nullcontext()
 
+    def start(self) -> None:
+        """Start the writing thread, kept until :meth:`close` (a worker, as it starts)."""
+        with self._cond:
+            self._kept, self._closing = True, False
+            if self._thread is None:
+                self._start_locked()
+
+    def close(self) -> None:
+        """End the writing thread, after the write it may be sending (a worker, once its
+        handlers have returned: a report still waiting is dropped, as when its handler
+        returns)."""
+        with self._cond:
+            self._kept, self._closing = False, True
+            self._waiting.clear()
+            self._cond.notify()
+
     def report(self, job: Job, fraction: float | None, note: str) -> None:
-        """Keep ``job``'s latest report for the writer (any thread; never blocks on I/O)."""
+        """Keep ``job``'s latest report for the writer (any thread; never blocks on I/O,
+        nor, in a worker, on a thread start)."""
         with self._cond:
             self._waiting[(job.id, job.attempt)] = (job, fraction, note)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="portq-progress",
-                                                daemon=True)
-                self._thread.start()
+            if self._thread is None:  # outside a worker, or a handler outliving its worker
+                self._closing = False
+                self._start_locked()
             self._cond.notify()
+
+    def _start_locked(self) -> None:
+        self._thread = threading.Thread(target=self._serve, name="portq-progress",
+                                        daemon=True)
+        self._thread.start()
 
     def finished(self, job: Job) -> None:
         """``job``'s handler returned: forget it (a report still waiting is dropped)."""
@@ -70,10 +97,11 @@ class ProgressWriter:
         while True:
             with self._cond:
                 now = time.monotonic()
+                if self._closing or (not self._waiting and not self._kept and
+                                     now - idle_since >= self.IDLE_S):
+                    self._thread = None  # the next report (or start) starts another
+                    return
                 if not self._waiting:
-                    if now - idle_since >= self.IDLE_S:
-                        self._thread = None  # the next report starts another
-                        return
                     self._cond.wait(self.IDLE_S)
                     continue
                 if now < self._sent + self.interval:
