@@ -14,6 +14,9 @@ from portq.conformance.helpers import quiet_worker, wait_until
 from portq.job import Job
 from portq.runtime.progress import ProgressWriter
 
+#: every test here runs on both worker fronts (Worker, AsyncWorker): see plugin.FRONTS
+WORKER_FRONTS = True
+
 
 def progress_thread(writer: ProgressWriter | None) -> threading.Thread | None:
     """The writer's thread while it runs."""
