@@ -1,4 +1,5 @@
-"""Peer queues on the same PostgreSQL: procrastinate and pgqueuer, no-op jobs.
+"""Peer queues on the same PostgreSQL: procrastinate, pgqueuer, oban and chancy; no-op
+jobs, or jobs that each await a wait (``--io-slots``, the I/O-bound workload).
 
 Runs in benchmarks/.venv-peers (never a portq dependency). Each peer gets a schema of its
 own (``peer_<name>``, dropped and created again for every run) in the database of the URL
@@ -22,6 +23,11 @@ Configurations, as each library documents its worker for throughput:
   with one queue of concurrency N, the rest at its defaults; timed until every job is
   completed (it keeps finished rows).
 - chancy (benchmarks/.venv-peers312 too): see ``chancy_run``.
+
+``--io-slots N --job-ms MS``: the I/O-bound workload, each job awaiting ``asyncio.sleep``
+of MS, N slots in one process: pgqueuer as one QueueManager with ``max_concurrent_tasks``
+N (``pgqueuer_io_run``); procrastinate, oban and chancy configured as above with N as
+their concurrency. One JSON list with a row per peer (``slots`` and ``job_ms`` added).
 
 ``--pickup``: enqueue-commit to handler-start latency of an idle worker, measured as
 ``portq.bench.pickup`` measures portq's (one worker with 4 slots at the peer's defaults,
@@ -79,7 +85,14 @@ def settle(url: str, peer: str) -> None:
             conn.execute(f'VACUUM ANALYZE {schema}."{table}"')
 
 
-async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+async def wait_ms(job_ms: float) -> None:
+    """A job's own work: nothing (``job_ms`` 0), or an ``asyncio.sleep`` of ``job_ms``."""
+    if job_ms:
+        await asyncio.sleep(job_ms / 1000)
+
+
+async def procrastinate_run(url: str, jobs: int, workers: int,
+                            job_ms: float = 0.0) -> dict[str, Any]:
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
@@ -88,7 +101,7 @@ async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]
 
     @app.task(name="noop", queue=queue)
     async def noop(n: int) -> None:
-        return None
+        await wait_ms(job_ms)
 
     async with app.open_async():
         await app.schema_manager.apply_schema_async()  # into the fresh peer schema
@@ -107,7 +120,7 @@ async def procrastinate_run(url: str, jobs: int, workers: int) -> dict[str, Any]
                               "WHERE queue_name = %s AND status = 'succeeded'", (queue,))
             row = await cur.fetchone()
     done = int(row[0]) if row else 0
-    return _result("procrastinate", workers, jobs, done, elapsed, enqueue_s)
+    return _result("procrastinate", workers, jobs, done, elapsed, enqueue_s, job_ms)
 
 
 async def _pgqueuer_filled(url: str, name: str, jobs: int) -> tuple[dict[str, str], Any, float]:
@@ -187,11 +200,11 @@ async def pgqueuer_io_run(url: str, jobs: int, slots: int, job_ms: float) -> dic
     left = await setup.fetchval("SELECT count(*) FROM pgqueuer WHERE entrypoint = $1", name)
     for c in (conn, setup):
         await c.close()
-    return {**_result("pgqueuer", 1, jobs, jobs - int(left), elapsed, enqueue_s),
-            "slots": slots, "job_ms": job_ms}
+    return {**_result("pgqueuer", 1, jobs, jobs - int(left), elapsed, enqueue_s, job_ms),
+            "slots": slots}
 
 
-async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+async def oban_run(url: str, jobs: int, workers: int, job_ms: float = 0.0) -> dict[str, Any]:
     """oban-py (Python 3.12+, its own venv): one Oban instance in server mode with one
     queue of ``workers`` concurrency (its documented knob), its tables in the peer schema
     (``prefix``); jobs inserted with ``enqueue_many`` 1,000 at a time by a client-mode
@@ -206,7 +219,7 @@ async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
     @worker(queue=queue)
     class Noop:
         async def process(self, job: Any) -> None:
-            return None
+            await wait_ms(job_ms)
 
     async with AsyncConnectionPool(url, min_size=2, max_size=workers + 6,
                                    open=False) as pool:
@@ -234,14 +247,15 @@ async def oban_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
             while (done := await completed()) < jobs and time.perf_counter() < deadline:
                 await asyncio.sleep(0.02)
             elapsed = time.perf_counter() - started
-    return _result("oban", workers, jobs, done, elapsed, enqueue_s)
+    return _result("oban", workers, jobs, done, elapsed, enqueue_s, job_ms)
 
 
-async def chancy_noop(n: int) -> None:
+async def chancy_noop(n: int, job_ms: float = 0.0) -> None:
     """chancy's job: imported by its worker by name, so it lives at module level."""
+    await wait_ms(job_ms)
 
 
-async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
+async def chancy_run(url: str, jobs: int, workers: int, job_ms: float = 0.0) -> dict[str, Any]:
     """chancy: one Worker; the queue declared with ``concurrency`` N, the asyncio executor
     (the jobs are ``async def``; the default process pool is for CPU-bound jobs), and
     ``eager_polling`` with a 1 s polling interval, which its docs recommend where jobs are
@@ -259,7 +273,8 @@ async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
                                    polling_interval=1, eager_polling=True))
         job = Job.from_func(chancy_noop).with_queue(queue)
         started = time.perf_counter()
-        async for _ in chancy.push_many([job.with_kwargs(n=i) for i in range(jobs)],
+        async for _ in chancy.push_many([job.with_kwargs(n=i, job_ms=job_ms)
+                                         for i in range(jobs)],
                                         batch_size=1000):
             pass
         enqueue_s = time.perf_counter() - started
@@ -277,7 +292,7 @@ async def chancy_run(url: str, jobs: int, workers: int) -> dict[str, Any]:
             while (done := await succeeded()) < jobs and time.perf_counter() < deadline:
                 await asyncio.sleep(0.05)
             elapsed = time.perf_counter() - started
-    return _result("chancy", workers, jobs, done, elapsed, enqueue_s)
+    return _result("chancy", workers, jobs, done, elapsed, enqueue_s, job_ms)
 
 
 class Pickup:
@@ -384,14 +399,22 @@ PICKUPS: dict[str, Callable[[str, Pickup], Coroutine[Any, Any, dict[str, Any]]]]
 
 
 def _result(peer: str, workers: int, jobs: int, done: int, elapsed: float,
-            enqueue_s: float) -> dict[str, Any]:
+            enqueue_s: float, job_ms: float = 0.0) -> dict[str, Any]:
     return {"peer": peer, "version": importlib.metadata.version(peer), "workers": workers,
             "jobs": jobs, "succeeded": done, "seconds": round(elapsed, 4),
             "jobs_per_s": round(done / elapsed, 1),
-            "enqueue_jobs_per_s": round(jobs / enqueue_s, 1)}
+            "enqueue_jobs_per_s": round(jobs / enqueue_s, 1), "job_ms": job_ms}
 
 
-PEERS: dict[str, Callable[[str, int, int], Coroutine[Any, Any, dict[str, Any]]]] = {
+async def io_run(peer: str, url: str, jobs: int, slots: int, job_ms: float) -> dict[str, Any]:
+    """The I/O-bound workload for ``peer``: ``slots`` concurrent jobs in one process, each
+    awaiting ``job_ms``."""
+    if peer == "pgqueuer":
+        return await pgqueuer_io_run(url, jobs, slots, job_ms)
+    return {**await PEERS[peer](url, jobs, slots, job_ms), "slots": slots}
+
+
+PEERS: dict[str, Callable[..., Coroutine[Any, Any, dict[str, Any]]]] = {
     "procrastinate": procrastinate_run, "pgqueuer": pgqueuer_run, "oban": oban_run,
     "chancy": chancy_run}
 
@@ -410,16 +433,23 @@ def main() -> int:
     parser.add_argument("--pickup-quiet-s", type=float, default=3.0)
     parser.add_argument("--pickup-after-quiet", type=int, default=3)
     parser.add_argument("--io-slots", type=int, default=0,
-                        help="the I/O-bound workload instead (pgqueuer): one QueueManager "
-                             "with this many concurrent tasks, each job awaiting --job-ms")
+                        help="the I/O-bound workload instead (--peer, default pgqueuer): "
+                             "this many concurrent jobs in one process, each awaiting "
+                             "--job-ms")
     parser.add_argument("--job-ms", type=float, default=5.0)
     args = parser.parse_args()
     url = args.url
     results = []
     if args.io_slots:
-        recreate_schema(url, "pgqueuer")
-        results.append(asyncio.run(pgqueuer_io_run(url, args.jobs, args.io_slots,
-                                                   args.job_ms)))
+        for peer in args.peer or ["pgqueuer"]:
+            try:
+                recreate_schema(url, peer)
+                results.append(asyncio.run(io_run(peer, url, args.jobs, args.io_slots,
+                                                  args.job_ms)))
+            except Exception as exc:  # noqa: BLE001 - report the peer as not run, go on
+                results.append({"peer": peer, "slots": args.io_slots,
+                                "error": f"{type(exc).__name__}: {exc}"})
+            print(f"{peer} I/O-bound: {results[-1]}", file=sys.stderr)
         print(json.dumps(results))
         return 0
     if args.pickup:

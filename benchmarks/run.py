@@ -193,6 +193,9 @@ def estimate(args: argparse.Namespace) -> float:
     seconds += engines * len(process_counts(args)) * args.process_rounds * ESTIMATE["process_run"]
     seconds += args.pickup * (engines + 2 * pg * (not args.skip_peers)) * ESTIMATE["pickup_run"]
     seconds += pg * args.io * args.rounds * args.io_jobs * 3 / 4000  # ~4,000 jobs/s each
+    # the peers' I/O-bound runs: procrastinate ~400 jobs/s, oban and chancy ~1,500
+    seconds += pg * args.io * (not args.skip_peers) * args.rounds * args.io_jobs * \
+        (1 / 400 + 2 / 1500)
     return float(seconds)
 
 
@@ -340,15 +343,33 @@ IO_SLOTS, IO_JOB_MS = 40, 5.0
 IO_WIDE_SLOTS = 200
 
 
+def io_peer_run(python: Path, peer: str, jobs: int) -> dict[str, Any]:
+    """One I/O-bound run of ``peer`` (benchmarks/peers.py ``--io-slots``): its JSON row,
+    or ``{"error": ...}``."""
+    proc = subprocess.run(
+        [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL, "--peer", peer,
+         "--jobs", str(jobs), "--io-slots", str(IO_SLOTS), "--job-ms", str(IO_JOB_MS)],
+        capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-500:]}
+    row: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])[0]
+    return row
+
+
 def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
     """The I/O-bound workload on PostgreSQL (one process, :data:`IO_SLOTS` slots, each
-    job waiting :data:`IO_JOB_MS`: ideal slots / job time), portq's two fronts and
-    pgqueuer (one QueueManager with as many concurrent tasks) one after another in each
-    of ``rounds`` rounds; jobs/s per round, and the load average before and after."""
+    job waiting :data:`IO_JOB_MS`: ideal slots / job time), portq's two fronts and the
+    peers (:data:`IO_CONFIGS`: as many concurrent jobs) one after another in each of
+    ``rounds`` rounds; jobs/s per round, and the load average before and after."""
     out: Rounds = ({"portq worker": [], "portq async": []}, {})
     runs = out[0]
+    peers: dict[str, Path] = {}  # each peer's interpreter
     if python is not None:
-        runs["pgqueuer"] = []
+        for peer in PEERS:
+            if (peer_python := python_for(peer, python)) is not None:
+                peers[peer] = peer_python
+    for peer in peers:
+        runs[peer] = []
     # jobs/s of each wide round, and its CPU figures (portq.bench.cpu) beside them
     wide: dict[str, list[Any]] = {"io": [], "noop": [], "io_cpu": [], "noop_cpu": []}
     ceiling: dict[str, list[float]] = {front: [] for front in bench.CEILING_FRONTS}
@@ -371,19 +392,12 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
                         None, job_ms=job_ms)
                     wide[kind].append(run["jobs_per_s"])
                     wide[f"{kind}_cpu"].append(run["cpu"])
-                if python is not None:
-                    proc = subprocess.run(
-                        [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL,
-                         "--jobs", str(jobs), "--io-slots", str(IO_SLOTS),
-                         "--job-ms", str(IO_JOB_MS)],
-                        capture_output=True, text=True, timeout=1800)
-                    row: dict[str, Any] = \
-                        json.loads(proc.stdout.strip().splitlines()[-1])[0] \
-                        if proc.returncode == 0 else {"error": proc.stderr[-500:]}
+                for peer, peer_python in peers.items():
+                    row = io_peer_run(peer_python, peer, jobs)
                     if "jobs_per_s" in row:
-                        runs["pgqueuer"].append(row["jobs_per_s"])
+                        runs[peer].append(row["jobs_per_s"])
                     else:
-                        log(f"pgqueuer I/O round {n + 1} not run: {row.get('error')}")
+                        log(f"{peer} I/O round {n + 1} not run: {row.get('error')}")
                 load.append(os.getloadavg()[0])
         finally:
             bench.drop_tables(queue.backend)
@@ -409,7 +423,10 @@ def io_section(res: dict[str, Any]) -> list[str]:
              f"{', '.join(f'{x:.1f}' for x in io['loadavg'])} (before, after each round). "
              "Targets: each front >= 85% of the ideal and >= 1.5x pgqueuer. The bare "
              "ceiling is its front's own in the same rounds (`portq.bench.sleep_ceiling`: "
-             "as many threads, or asyncio tasks, doing nothing but the wait).", "",
+             "as many threads, or asyncio tasks, doing nothing but the wait). Each peer's "
+             "job awaits the same `asyncio.sleep`, with the same concurrency: "
+             + "; ".join(f"{peer}: {how}" for peer, how in IO_CONFIGS.items()
+                         if io["runs"].get(peer)) + ".", "",
              "| contender | median jobs/s | spread (min-max) | % of ideal | % of its bare "
              "ceiling | vs pgqueuer | verdict |", "|---|---|---|---|---|---|---|"]
     ceilings = {front: statistics.median(v) for front, v in io.get("ceiling", {}).items() if v}
@@ -421,14 +438,22 @@ def io_section(res: dict[str, Any]) -> list[str]:
         bare = ceilings.get(IO_FRONT_OF[name])
         of_bare = f"{100 * med / bare:.0f}%" if bare else ""
         ok = med >= 0.85 * ideal and (pgq is None or med >= 1.5 * pgq)
-        verdict = "" if name == "pgqueuer" else ("met" if ok else "missed")
+        verdict = ("met" if ok else "missed") if name.startswith("portq") else ""
         lines.append(f"| {name} | {med:,.0f} | {min(values):,.0f}-{max(values):,.0f} | "
                      f"{floored(med / ideal)} | {of_bare} | {versus} | {verdict} |")
     return lines + ceiling_lines(io, pgq) + wide_io_lines(io.get("wide"))
 
 
 #: which bare ceiling (:data:`portq.bench.CEILING_FRONTS`) each I/O contender runs on
-IO_FRONT_OF = {"portq worker": "threads", "portq async": "asyncio", "pgqueuer": "asyncio"}
+IO_FRONT_OF = {"portq worker": "threads", "portq async": "asyncio",
+               **{peer: "asyncio" for peer in PEERS}}
+#: how each peer runs the I/O-bound workload (benchmarks/peers.py ``--io-slots``)
+IO_CONFIGS = {
+    "pgqueuer": f"one QueueManager, max_concurrent_tasks {IO_SLOTS}, default batch (10)",
+    "procrastinate": f"one worker, concurrency {IO_SLOTS}, no LISTEN/NOTIFY, 50 ms polling",
+    "oban": f"one server-mode Oban, one queue of concurrency {IO_SLOTS}",
+    "chancy": f"one Worker, queue concurrency {IO_SLOTS}, asyncio executor, eager polling",
+}
 
 
 def ceiling_lines(io: dict[str, Any], pgq: float | None) -> list[str]:

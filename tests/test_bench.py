@@ -448,6 +448,26 @@ def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
         "\n".join(run.io_section({"io": io}))
 
 
+def test_run_py_reports_every_io_peer_that_ran_with_how_it_ran_and_no_verdict() -> None:
+    """Each peer that ran the I/O-bound rounds gets a row of its own (its share of the
+    asyncio bare ceiling, no verdict: the targets are portq's) and its configuration in
+    the section's text; a peer with no round (its venv missing) is left out of both."""
+    run = run_py()
+    io = {"slots": 40, "job_ms": 5.0, "jobs": 1000, "ideal": 8000.0, "loadavg": [1.0],
+          "runs": {"portq worker": [7000.0], "portq async": [6900.0],
+                   "pgqueuer": [4000.0], "procrastinate": [400.0, 500.0, 450.0],
+                   "chancy": [1700.0], "oban": []},
+          "ceiling": {"threads": [7800.0], "asyncio": [7500.0]}}
+    text = "\n".join(run.io_section({"io": io}))
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
+            for line in text.splitlines() if line.startswith("| ")}
+    assert rows["procrastinate"][1:5] == ["450", "400-500", "5%", "6%"]
+    assert rows["chancy"][-1].strip(" |") == "" and rows["portq async"][-1] == "met |"
+    assert "oban" not in rows and "one server-mode Oban" not in text
+    assert "procrastinate: one worker, concurrency 40" in text
+    assert "chancy: one Worker, queue concurrency 40" in text
+
+
 def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
     """docs/benchmarks.md's targets table: beside one contender's median over the other's,
     the ratio of the two within each round (its median and range), by round; a target
