@@ -465,6 +465,12 @@ def ceiling_lines(io: dict[str, Any], pgq: float | None) -> list[str]:
              f"{100 * statistics.median(v) / io['ideal']:.0f}% of the ideal)"
              for front, v in runs.items()]
     line = f"Bare ceilings, medians of the rounds: {'; '.join(parts)}."
+    share = 0.85 * io["ideal"]
+    short = [front for front, v in runs.items() if statistics.median(v) < share]
+    if short:
+        line += (f" 85% of the ideal is {share:,.0f} jobs/s, above the bare "
+                 f"{' and '.join(short)} ceiling: no queue on that front could reach it in "
+                 "these rounds.")
     if pgq:
         need = 1.5 * pgq
         above = [front for front, v in runs.items() if statistics.median(v) < need]

@@ -446,6 +446,10 @@ def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
     io["runs"]["pgqueuer"] = [4600.0]
     assert "1.5x pgqueuer is 6,900 jobs/s, under every bare ceiling." in \
         "\n".join(run.io_section({"io": io}))
+    assert "85% of the ideal is" not in text  # 6,800: under both ceilings
+    io["ceiling"]["asyncio"] = [6700.0, 6600.0, 6900.0]
+    assert "85% of the ideal is 6,800 jobs/s, above the bare asyncio ceiling: no queue on " \
+        "that front could reach it in these rounds." in "\n".join(run.io_section({"io": io}))
 
 
 def test_run_py_reports_every_io_peer_that_ran_with_how_it_ran_and_no_verdict() -> None:
