@@ -28,6 +28,11 @@ them (``sections``) so the next runner knows what a full run costs.
   them is metered (`portq.bench.cpu`: the CPU of the client's threads, of the database
   server and of the machine, sampled from /proc), and the doc says what bounded each
   contender's median round;
+* the I/O-bound workload on PostgreSQL (``--io``): one process of 40 slots, each job
+  waiting 5 ms, in interleaved rounds of both portq fronts, the bare ceilings
+  (`portq.bench.sleep_ceiling`) and the four peers with the same concurrency
+  (benchmarks/peers.py ``--io-slots``), and an AsyncWorker of 200 slots on 5 ms and
+  on no-op jobs;
 * middleware cost (benchmarks/middleware.py): no-op jobs drained by a burst worker on
   each engine and front with no middleware, an empty chain, one pass-through
   middleware, OpenTelemetry, the metrics' histograms (``--middleware`` picks them; ''
