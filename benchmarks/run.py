@@ -295,11 +295,12 @@ def engine_rounds(url: str, jobs: int, rounds: int) -> EngineRounds:
     return (*out, enqueues)
 
 
-def run_peer(python: Path, peer: str, jobs: int, workers: str) -> list[dict[str, Any]]:
-    """peers.py in the peers venv: its JSON result rows."""
+def run_peer(python: Path, peer: str, jobs: int, *options: str) -> list[dict[str, Any]]:
+    """peers.py in the peers venv, for ``peer`` with ``options`` (``--workers``, or the
+    I/O-bound ``--io-slots``): its JSON result rows."""
     proc = subprocess.run(
         [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL, "--peer", peer,
-         "--jobs", str(jobs), "--workers", workers],
+         "--jobs", str(jobs), *options],
         capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
@@ -330,7 +331,7 @@ def head_to_head(jobs: int, rounds: int, python: Path | None) -> Rounds:
                     interpreter = python_for(peer, python) if python is not None else None
                     if interpreter is None:
                         continue
-                    row = run_peer(interpreter, peer, jobs, "4")[0]
+                    row = run_peer(interpreter, peer, jobs, "--workers", "4")[0]
                     if "jobs_per_s" in row:
                         runs[peer].append(row["jobs_per_s"])
                     else:
@@ -351,14 +352,11 @@ IO_WIDE_SLOTS = 200
 def io_peer_run(python: Path, peer: str, jobs: int) -> dict[str, Any]:
     """One I/O-bound run of ``peer`` (benchmarks/peers.py ``--io-slots``): its JSON row,
     or ``{"error": ...}``."""
-    proc = subprocess.run(
-        [str(python), str(ROOT / "benchmarks" / "peers.py"), PG_URL, "--peer", peer,
-         "--jobs", str(jobs), "--io-slots", str(IO_SLOTS), "--job-ms", str(IO_JOB_MS)],
-        capture_output=True, text=True, timeout=1800)
-    if proc.returncode != 0:
-        return {"error": proc.stderr[-500:]}
-    row: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])[0]
-    return row
+    try:
+        return run_peer(python, peer, jobs, "--io-slots", str(IO_SLOTS),
+                        "--job-ms", str(IO_JOB_MS))[0]
+    except RuntimeError as exc:
+        return {"error": str(exc)[-500:]}
 
 
 def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
@@ -373,8 +371,7 @@ def io_rounds(jobs: int, rounds: int, python: Path | None) -> dict[str, Any]:
         for peer in PEERS:
             if (peer_python := python_for(peer, python)) is not None:
                 peers[peer] = peer_python
-    for peer in peers:
-        runs[peer] = []
+                runs[peer] = []
     # jobs/s of each wide round, and its CPU figures (portq.bench.cpu) beside them
     wide: dict[str, list[Any]] = {"io": [], "noop": [], "io_cpu": [], "noop_cpu": []}
     ceiling: dict[str, list[float]] = {front: [] for front in bench.CEILING_FRONTS}
@@ -462,7 +459,8 @@ IO_CONFIGS = {
 
 
 def ceiling_lines(io: dict[str, Any], pgq: float | None) -> list[str]:
-    """The bare ceilings of the rounds, and whether 1.5x pgqueuer lies under each."""
+    """The bare ceilings of the rounds, and whether 85% of the ideal and 1.5x pgqueuer
+    lie under each."""
     runs = {front: v for front, v in io.get("ceiling", {}).items() if v}
     if not runs:
         return []
@@ -470,15 +468,18 @@ def ceiling_lines(io: dict[str, Any], pgq: float | None) -> list[str]:
              f"{100 * statistics.median(v) / io['ideal']:.0f}% of the ideal)"
              for front, v in runs.items()]
     line = f"Bare ceilings, medians of the rounds: {'; '.join(parts)}."
+
+    def under(level: float) -> list[str]:
+        """The fronts whose bare ceiling's median is under ``level`` jobs/s."""
+        return [front for front, v in runs.items() if statistics.median(v) < level]
     share = 0.85 * io["ideal"]
-    short = [front for front, v in runs.items() if statistics.median(v) < share]
-    if short:
+    if short := under(share):
         line += (f" 85% of the ideal is {share:,.0f} jobs/s, above the bare "
                  f"{' and '.join(short)} ceiling: no queue on that front could reach it in "
                  "these rounds.")
     if pgq:
         need = 1.5 * pgq
-        above = [front for front, v in runs.items() if statistics.median(v) < need]
+        above = under(need)
         line += (f" 1.5x pgqueuer is {need:,.0f} jobs/s" +
                  (f", above the bare {' and '.join(above)} ceiling: no queue on that front "
                   "could reach it on this machine." if above else
@@ -622,7 +623,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                 for peer in PEERS:
                     interpreter = python_for(peer, python)
                     if interpreter is not None:
-                        out["peers"] += run_peer(interpreter, peer, args.jobs, args.workers)
+                        out["peers"] += run_peer(interpreter, peer, args.jobs,
+                                                 "--workers", args.workers)
             except Exception as exc:  # noqa: BLE001 - report the peers as not run, go on
                 python = None
                 out["notes"].append(f"peers not run: {type(exc).__name__}: {exc}")
