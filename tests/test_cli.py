@@ -474,6 +474,37 @@ def test_conformance_reports_a_test_the_engine_cannot_have_as_not_applicable(
     assert schema["reason"] == "SQLite has no login and no server-side database"
 
 
+#: a plugin whose fixture fails one conformance test by a plain ``assert`` (line 7)
+FAILING_PLUGIN = """import pytest
+
+
+@pytest.fixture(autouse=True)
+def _fails(request):
+    waited = request.node.name.startswith("test_cancel_many")
+    assert not waited
+    yield
+"""
+
+
+@pytest.mark.slow
+def test_conformance_failure_names_the_file_line_and_source_of_the_assertion(
+        tmp_path: Path) -> None:
+    """A bare ``assert False`` does not say which of a test's waits ran out: the report's
+    FAILED line (and the JSON's reason) adds where it was raised and that line's source."""
+    (tmp_path / "failing_plugin.py").write_text(FAILING_PLUGIN)
+    url = f"sqlite:///{tmp_path}/c.db"
+    selected = ["--", "-p", "failing_plugin", "-k", "test_cancel_many"]
+    env = {"PYTHONPATH": str(tmp_path)}
+    text = run_portq("conformance", url, *selected, env=env, check=False, timeout=300)
+    assert text.returncode == 1, text.stdout + text.stderr
+    (failed,) = [line for line in text.stdout.splitlines() if line.startswith("FAILED ")]
+    assert failed.endswith(": assert not True (failing_plugin.py:7: assert not waited)"), failed
+    report = json.loads(run_portq("conformance", url, "--json", *selected, env=env,
+                                  check=False).stdout)
+    (test,) = [t for p in report["properties"] for t in p["tests"] if t["result"] == "failed"]
+    assert test["reason"] == "assert not True (failing_plugin.py:7: assert not waited)"
+
+
 @pytest.mark.slow
 def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
                                                           tmp_path: Path) -> None:

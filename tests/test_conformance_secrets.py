@@ -111,6 +111,10 @@ def test_conformance_output_never_shows_the_password(url_with_password: str,
     out = proc.stdout + proc.stderr + junit.read_text() + as_json.stdout + as_json.stderr
     # the planted failures are reported with their messages, the captured leaks are kept
     assert "unexpected URL" in out and "teardown failed for" in out and " passed" in out
+    # each says where it failed, read from its scrubbed traceback (the plugin's lines)
+    failed = sorted(line for line in out.splitlines() if line.startswith("FAILED "))
+    assert [line[-21:] for line in failed] == [" (leaky_plugin.py:14)",
+                                               " (leaky_plugin.py:17)"], "\n".join(failed)
     assert "connecting to " in out and "using " in out   # the leaks were printed...
     redacted = parse_url(url).redacted()
     for form in (SECRET, SECRET.replace("@", "%40").replace("%x", "%25x"), "Cf-Pw"):

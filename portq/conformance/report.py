@@ -4,8 +4,11 @@ applicable to the engine, with the reason."""
 
 from __future__ import annotations
 
+import linecache
+import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,8 @@ from portq.conformance.properties import PROPERTIES, UNMAPPED, property_of
 
 #: every outcome a test can have, in the order the report counts them
 OUTCOMES = ("passed", "failed", "skipped", "not_applicable")
+#: where pytest's long traceback text says an exception was raised: ``path:12: Error``
+CRASH_LINE = re.compile(r"^(\S+\.py):(\d+): \w")
 
 
 @dataclass
@@ -108,18 +113,28 @@ def _reason(report: pytest.TestReport) -> str:
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None:
-            return _first_line(str(crash.message))
+            return _first_line(str(crash.message)) + _where(str(crash.path), crash.lineno)
         return _error_line(str(report.longrepr))
     return ""
 
 
+def _where(path: str, lineno: int) -> str:
+    """Where a failure was raised, with that line's source: `` (file.py:12: assert x)``
+    (an ``assert False`` alone does not say which of a test's waits ran out)."""
+    source = linecache.getline(path, lineno).strip()
+    return f" ({Path(path).name}:{lineno}" + (f": {source})" if source else ")")
+
+
 def _error_line(text: str) -> str:
-    """The exception line of a traceback as text (pytest's ``E   ...`` line), else its first
-    line: the plugin hands over scrubbed text, which has no ``reprcrash``."""
-    for line in text.splitlines():
-        if line.startswith("E "):
-            return line[1:].strip()
-    return _first_line(text)
+    """The exception line of a traceback as text (pytest's ``E   ...`` line) and where it
+    was raised (its last ``path:line:`` line), else its first line: the plugin hands over
+    scrubbed text, which has no ``reprcrash``."""
+    lines = text.splitlines()
+    error = next((line[1:].strip() for line in lines if line.startswith("E ")), None)
+    if error is None:
+        return _first_line(text)
+    located = [m for m in map(CRASH_LINE.match, lines) if m]
+    return error + (f" ({Path(located[-1][1]).name}:{located[-1][2]})" if located else "")
 
 
 def _first_line(text: str) -> str:
