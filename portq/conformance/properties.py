@@ -100,6 +100,7 @@ PROPERTIES = (
         "test_concurrent_enqueues_of_a_key_report_created_once",
         "test_duplicate_key_is_rejected_by_the_schema",
         "test_enqueue_many_ids_keys_and_options",
+        "test_concurrent_bulk_enqueues_return_each_rows_own_id",
         "test_keys_differing_in_case_or_trailing_space_are_distinct",
         "test_empty_key_is_refused_and_nothing_is_written")),
     Property("payloads and bad input", (
