@@ -79,6 +79,9 @@ ENQUEUE_OPTIONS = ("priority", "run_at", "delay", "max_attempts", "key", "conn",
                    *("unique_per_queue", "unique_for", "unique_states"), *CONCURRENCY_OPTIONS,
                    *("depends_on", "on_dependency_failure"))
 
+#: the fields of one job's mapping in :meth:`Queue.enqueue_many`
+JOB_FIELDS = frozenset(("queue", "payload", "timeout", *ENQUEUE_OPTIONS)) - {"conn"}
+
 #: most times one job may be snoozed (portq.Snooze): a later Snooze fails the attempt
 MAX_SNOOZES = 100
 #: the longest per-job timeout (enqueue(timeout=)): 24 days, within a 32-bit column of ms
@@ -210,12 +213,9 @@ class Queue(QueueOperators[B]):
         for i, spec in enumerate(jobs):
             if not isinstance(spec, Mapping) or "queue" not in spec:
                 raise ConfigurationError(f"job #{i} must be a mapping with a 'queue'")
-            unknown = set(spec) - {"queue", "payload", "priority", "run_at", "delay",
-                                   "max_attempts", "key", "timeout", *UNIQUE_OPTIONS,
-                                   *CONCURRENCY_OPTIONS, "depends_on",
-                                   "on_dependency_failure"}
-            if unknown:
-                raise ConfigurationError(f"job #{i} has unknown fields {sorted(unknown)}")
+            if not JOB_FIELDS.issuperset(spec):
+                unknown = sorted(set(spec) - JOB_FIELDS)
+                raise ConfigurationError(f"job #{i} has unknown fields {unknown}")
             built.append(self.new_job(**spec))
         return built
 

@@ -27,6 +27,9 @@ INT32 = 2**31 - 1
 MAX_PAYLOAD_DEPTH = 31
 # an escaped NUL (\u0000) in JSON text: preceded by an even number of backslashes
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+#: one encoder for every payload and result: ``json.dumps`` with options builds a new
+#: encoder per call, a third of the time of a small payload's dump
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 #: the most characters of a refused value an error message shows
@@ -191,7 +194,7 @@ def dump_json(value: Any, what: str, limit: int, option: str,
     """``value`` as compact JSON text of at most ``limit`` UTF-8 bytes, storable by every
     engine; else ``error`` naming the problem (``what`` is "payload" or "result")."""
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODE(value)
     except RecursionError:
         raise error(_too_deep(what)) from None
     except (TypeError, ValueError) as exc:
