@@ -1,13 +1,14 @@
 """Run every benchmark and write docs/benchmarks.md with tables and PNG plots.
 
-    .venv/bin/python benchmarks/run.py [--jobs 10000] [--rounds 5] [--skip-peers]
-        [--engines sqlite,postgres,mysql] [--no-growth] [--growth-rows 10000000]
+    .venv/bin/python benchmarks/run.py [--jobs 10000] [--rounds 5] [--engine-rounds 25]
+        [--skip-peers] [--engines sqlite,postgres,mysql] [--no-growth] [--growth-rows 10000000]
         [--processes 1,2,4,8,16] [--from-json results.json]
         [--middleware none,empty,otel,metrics] [--middleware-only]
 
-A short validation run: ``--jobs 2000 --rounds 1 --skip-peers --growth-rows 200000
---processes 1,4``. Each section logs its start and its wall time; the results JSON keeps
-them (``sections``) so the next runner knows what a full run costs.
+A short validation run: ``--jobs 2000 --rounds 1 --engine-rounds 1 --skip-peers
+--growth-rows 200000 --processes 1,4``. Each section logs its start and its wall time;
+the results JSON keeps them (``sections``) so the next runner knows what a full run
+costs.
 
 * portq (`portq.bench`) on SQLite, PostgreSQL and MariaDB: enqueue, throughput (the sync
   Worker and `portq.aio.AsyncWorker`), claim latency vs table size;
@@ -23,8 +24,10 @@ them (``sections``) so the next runner knows what a full run costs.
   portq's worker writes), and on PostgreSQL the batch's completion and the next claim in
   one statement (`complete_claim`);
 * rounds at 4 workers: on PostgreSQL every contender (raw loops, both portq workers, the
-  peers) once per round; on SQLite and MariaDB the raw `complete_many` loop and the Worker
-  once per round; the targets come from those rounds' medians; each of portq's runs in
+  peers) once per round (``--rounds``); on SQLite and MariaDB the raw `complete_many` loop
+  and the Worker once per round (``--engine-rounds``: a pair takes seconds, and 5 rounds
+  left the SQLite ratio anywhere in 0.71-0.92 from one batch to the next on one machine);
+  the targets come from those rounds' medians; each of portq's runs in
   them is metered (`portq.bench.cpu`: the CPU of the client's threads, of the database
   server and of the machine, sampled from /proc), and the doc says what bounded each
   contender's median round;
@@ -187,7 +190,7 @@ def estimate(args: argparse.Namespace) -> float:
     pg = "postgres" in args.engines
     seconds = engines * args.jobs * workers * 4 * ESTIMATE["sweep_job"]  # 2 batches x 2 modes
     seconds += engines * args.jobs * workers * 3 * ESTIMATE["sweep_job"]  # raw loops
-    seconds += (engines - pg) * args.rounds * args.jobs * 2 * ESTIMATE["h2h_job"]
+    seconds += (engines - pg) * args.engine_rounds * args.jobs * 2 * ESTIMATE["h2h_job"]
     if not args.skip_peers:
         seconds += pg * args.jobs * workers * 4 * ESTIMATE["peers_job"]
     seconds += pg * args.rounds * args.jobs * (5 + 4 * (not args.skip_peers)) * \
@@ -606,12 +609,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - report it as not run, go on
                 out["notes"].append(f"raw SQL on {engine} not run: {type(exc).__name__}: {exc}")
                 log(out["notes"][-1])
-    for engine in [e for e in engines if e != "postgres"] if args.rounds else ():
+    for engine in [e for e in engines if e != "postgres"] if args.engine_rounds else ():
         with section(f"rounds on {engine}"):
             try:
                 (out["engine_rounds"][engine], out["engine_rounds_cpu"][engine],
                  out["engine_rounds_enqueue"][engine]) = \
-                    engine_rounds(urls[engine], args.jobs, args.rounds)
+                    engine_rounds(urls[engine], args.jobs, args.engine_rounds)
             except Exception as exc:  # noqa: BLE001 - report it as not run, go on
                 out["notes"].append(f"rounds on {engine} not run: {type(exc).__name__}: {exc}")
                 log(out["notes"][-1])
@@ -1398,6 +1401,9 @@ def main() -> int:
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--rounds", type=int, default=5,
                         help="head-to-head rounds at 4 workers on PostgreSQL (0: none)")
+    parser.add_argument("--engine-rounds", type=int, default=25,
+                        help="rounds of the raw loop and the Worker at 4 workers on SQLite "
+                        "and MariaDB, whose medians their targets read (0: none)")
     parser.add_argument("--pickup", action=argparse.BooleanOptionalAction, default=True,
                         help="measure pickup latency on each engine and of the peers "
                              "(default: on)")

@@ -341,7 +341,8 @@ def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     results, doc = tmp_path / "latest.json", tmp_path / "docs" / "benchmarks.md"
     doc.parent.mkdir()
     subprocess.run([sys.executable, str(root / "benchmarks" / "run.py"), "--engines", "sqlite",
-                    "--jobs", "300", "--workers", "4", "--rounds", "2", "--skip-peers",
+                    "--jobs", "300", "--workers", "4", "--rounds", "2",
+                    "--engine-rounds", "2", "--skip-peers",
                     "--no-pickup", "--no-io", "--no-growth", "--processes", "",
                     "--middleware", "", "--results", str(results), "--doc", str(doc)],
                    check=True, capture_output=True, timeout=600)
