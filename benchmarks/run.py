@@ -913,7 +913,7 @@ def target_rows(res: dict[str, Any]) -> list[str]:
     """The targets table's ratio rows: each target, its ratio of medians (what the verdict
     reads) and each round's own ratio (median and range), every figure floored."""
     r = ratios(res)
-    paired = paired_ratios(res) if r["from"].startswith("head") else {}
+    paired = paired_ratios(res)
     rows = []
     for key, _, target, _, unit in TARGETS:
         value = r.get(key)
@@ -958,7 +958,10 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               f"Every ratio below comes from this run's {r['from']}"
               + (" and the SQLite and MariaDB rounds: every contender ran in every round."
                  if r["from"].startswith("head")
-                 else " (this run had no rounds).") + " " + verdict(r) + " The verdicts "
+                 else f" and its rounds on {' and '.join(res['engine_rounds'])} (none on "
+                 "PostgreSQL): every contender of a round ran in every round."
+                 if res.get("engine_rounds") else " (this run had no rounds).")
+              + " " + verdict(r) + " The verdicts "
               "read the second column, one contender's median over the other's; the third "
               "pairs the two within each round (one ran right after the other) and gives "
               "those ratios' median and range, which leaves out how the machine's speed "

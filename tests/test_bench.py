@@ -4,6 +4,7 @@ numbers. Measures nothing about speed (no timing thresholds)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +365,13 @@ def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     enqueues = res["engine_rounds_enqueue"]["sqlite"]
     assert len(enqueues) == sum(len(runs) for runs in rounds.values()) and min(enqueues) > 0
     assert f"Bulk enqueue on sqlite, the median of the {len(enqueues)} bulk enqueues" in text
+    # no PostgreSQL here: the SQLite target still reads these rounds, and says so, with
+    # each round's own ratio beside the ratio of the medians
+    assert "comes from this run's sweeps and its rounds on sqlite (none on PostgreSQL)" \
+        in text and "this run had no rounds" not in text
+    (target,) = [line for line in text.splitlines()
+                 if line.startswith("| SQLite: portq worker >= 85%")]
+    assert re.fullmatch(r".* \| \d+% \| \d+% \[\d+%-\d+%\] \|", target), target
 
 
 def test_cpu_meter_counts_a_server_process_that_ended_between_samples(tmp_path: Path) -> None:
