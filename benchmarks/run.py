@@ -25,8 +25,8 @@ costs.
   one statement (`complete_claim`);
 * rounds at 4 workers: on PostgreSQL every contender (raw loops, both portq workers, the
   peers) once per round (``--rounds``); on SQLite and MariaDB the raw `complete_many` loop
-  and the Worker once per round (``--engine-rounds``: a pair takes seconds, and 5 rounds
-  left the SQLite ratio anywhere in 0.71-0.92 from one batch to the next on one machine);
+  and the Worker once per round (``--engine-rounds``: a pair takes seconds, and batches of
+  8-40 rounds on one machine put the SQLite ratio anywhere in 0.71-0.92);
   the targets come from those rounds' medians; each of portq's runs in
   them is metered (`portq.bench.cpu`: the CPU of the client's threads, of the database
   server and of the machine, sampled from /proc), and the doc says what bounded each
@@ -812,6 +812,17 @@ def paired_ratios(res: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
     return out
 
 
+def rounds_read(res: dict[str, Any], r: dict[str, Any]) -> str:
+    """The end of the targets' sentence "Every ratio below comes from this run's ...": which
+    rounds the ratios ``r`` read besides ``r["from"]``."""
+    if r["from"].startswith("head"):
+        return " and the SQLite and MariaDB rounds: every contender ran in every round."
+    if res.get("engine_rounds"):
+        return (f" and its rounds on {' and '.join(res['engine_rounds'])} (none on "
+                "PostgreSQL): every contender of a round ran in every round.")
+    return " (this run had no rounds)."
+
+
 def verdict(r: dict[str, Any]) -> str:
     """One sentence: which targets this run's ratios met and missed."""
     met: list[str] = []
@@ -955,13 +966,8 @@ def write_doc(res: dict[str, Any], images: list[str]) -> None:
               "completion batches and claim loops itself; docs/operations.md#worker). Its "
               "raw ceiling on each engine is portq's claim and `complete_many` SQL in a bare "
               "loop (`portq.bench.raw_throughput_run`). "
-              f"Every ratio below comes from this run's {r['from']}"
-              + (" and the SQLite and MariaDB rounds: every contender ran in every round."
-                 if r["from"].startswith("head")
-                 else f" and its rounds on {' and '.join(res['engine_rounds'])} (none on "
-                 "PostgreSQL): every contender of a round ran in every round."
-                 if res.get("engine_rounds") else " (this run had no rounds).")
-              + " " + verdict(r) + " The verdicts "
+              f"Every ratio below comes from this run's {r['from']}{rounds_read(res, r)} "
+              + verdict(r) + " The verdicts "
               "read the second column, one contender's median over the other's; the third "
               "pairs the two within each round (one ran right after the other) and gives "
               "those ratios' median and range, which leaves out how the machine's speed "

@@ -113,15 +113,17 @@ def _reason(report: pytest.TestReport) -> str:
     if report.failed:
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None:
-            return _first_line(str(crash.message)) + _where(str(crash.path), crash.lineno)
+            return _first_line(str(crash.message)) + _where(str(crash.path), crash.lineno,
+                                                            with_source=True)
         return _error_line(str(report.longrepr))
     return ""
 
 
-def _where(path: str, lineno: int) -> str:
-    """Where a failure was raised, with that line's source: `` (file.py:12: assert x)``
-    (an ``assert False`` alone does not say which of a test's waits ran out)."""
-    source = linecache.getline(path, lineno).strip()
+def _where(path: str, lineno: int | str, with_source: bool = False) -> str:
+    """Where a failure was raised: `` (file.py:12)``, with ``with_source`` that line's
+    source too, `` (file.py:12: assert x)`` (an ``assert False`` alone does not say which
+    of a test's waits ran out)."""
+    source = linecache.getline(path, int(lineno)).strip() if with_source else ""
     return f" ({Path(path).name}:{lineno}" + (f": {source})" if source else ")")
 
 
@@ -134,7 +136,7 @@ def _error_line(text: str) -> str:
     if error is None:
         return _first_line(text)
     located = [m for m in map(CRASH_LINE.match, lines) if m]
-    return error + (f" ({Path(located[-1][1]).name}:{located[-1][2]})" if located else "")
+    return error + (_where(located[-1][1], located[-1][2]) if located else "")
 
 
 def _first_line(text: str) -> str:
