@@ -474,7 +474,8 @@ def test_conformance_reports_a_test_the_engine_cannot_have_as_not_applicable(
     assert schema["reason"] == "SQLite has no login and no server-side database"
 
 
-#: a plugin whose fixture fails one conformance test by a plain ``assert`` (line 7)
+#: a plugin whose fixture fails one conformance test by a plain ``assert`` (line 7), and
+#: fails another after a step of the system clock as the report reads it (line 17)
 FAILING_PLUGIN = """import pytest
 
 
@@ -483,6 +484,16 @@ def _fails(request):
     waited = request.node.name.startswith("test_cancel_many")
     assert not waited
     yield
+
+
+@pytest.fixture(autouse=True)
+def _clock_steps(request, monkeypatch):
+    if request.node.name.startswith("test_cancel["):
+        from portq.conformance import report
+        stepped = report.clock_offset() - 2.5
+        monkeypatch.setattr(report, "clock_offset", lambda: stepped)
+        assert not "stepped"
+    yield
 """
 
 
@@ -490,19 +501,28 @@ def _fails(request):
 def test_conformance_failure_names_the_file_line_and_source_of_the_assertion(
         tmp_path: Path) -> None:
     """A bare ``assert False`` does not say which of a test's waits ran out: the report's
-    FAILED line (and the JSON's reason) adds where it was raised and that line's source."""
+    FAILED line (and the JSON's reason) adds where it was raised and that line's source,
+    and, when this host's system clock stepped during the test, by how much (leases and
+    due times read that clock; a test's waits the monotonic one)."""
     (tmp_path / "failing_plugin.py").write_text(FAILING_PLUGIN)
     url = f"sqlite:///{tmp_path}/c.db"
-    selected = ["--", "-p", "failing_plugin", "-k", "test_cancel_many"]
+    selected = ["--", "-p", "failing_plugin", "-k", "test_cancel_many or test_cancel["]
     env = {"PYTHONPATH": str(tmp_path)}
     text = run_portq("conformance", url, *selected, env=env, check=False, timeout=300)
     assert text.returncode == 1, text.stdout + text.stderr
-    (failed,) = [line for line in text.stdout.splitlines() if line.startswith("FAILED ")]
-    assert failed.endswith(": assert not True (failing_plugin.py:7: assert not waited)"), failed
+    failed = sorted(line for line in text.stdout.splitlines() if line.startswith("FAILED "))
+    assert len(failed) == 2, text.stdout
+    assert failed[0].endswith(": assert not 'stepped' (failing_plugin.py:17: assert not "
+                              "\"stepped\") [this host's system clock stepped -2.50 s "
+                              "during the test]"), failed[0]
+    assert failed[1].endswith(": assert not True (failing_plugin.py:7: assert not waited)"), \
+        failed[1]
     report = json.loads(run_portq("conformance", url, "--json", *selected, env=env,
                                   check=False).stdout)
-    (test,) = [t for p in report["properties"] for t in p["tests"] if t["result"] == "failed"]
-    assert test["reason"] == "assert not True (failing_plugin.py:7: assert not waited)"
+    reasons = sorted(t["reason"] for p in report["properties"] for t in p["tests"]
+                     if t["result"] == "failed")
+    assert reasons[1] == "assert not True (failing_plugin.py:7: assert not waited)"
+    assert reasons[0].endswith("[this host's system clock stepped -2.50 s during the test]")
 
 
 @pytest.mark.slow

@@ -56,6 +56,7 @@ PROPERTIES = (
         "test_killed_worker_process_is_recovered_and_fenced",
         "test_prefetched_jobs_keep_their_lease_while_they_wait",
         "test_burst_after_a_crash_finishes_every_job_before_it_exits",
+        "test_reaped_jobs_are_waited_for_by_the_database_clock",
         "test_a_workers_writes_to_its_own_jobs_never_overlap")),
     Property("retries and backoff", (
         "test_retry_waits_for_its_delay",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import linecache
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ from portq.conformance.properties import PROPERTIES, UNMAPPED, property_of
 OUTCOMES = ("passed", "failed", "skipped", "not_applicable")
 #: where pytest's long traceback text says an exception was raised: ``path:12: Error``
 CRASH_LINE = re.compile(r"^(\S+\.py):(\d+): \w")
+#: a failed test's reason names a step of this host's system clock (against its
+#: monotonic clock) during the test from this size: leases, due times and the local
+#: engine's clock read the system clock, a test's waits the monotonic one
+CLOCK_STEP_S = 0.05
 
 
 @dataclass
@@ -62,6 +67,10 @@ class Collector:
         self.outcomes: dict[str, TestOutcome] = {}
         self.errors: list[str] = []     # collection errors
         self.progress = progress
+        self._clock_at_start = 0.0      # the current test's clock_offset() at its start
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int, str]) -> None:
+        self._clock_at_start = clock_offset()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         name = report.nodeid.split("::")[-1]
@@ -72,6 +81,8 @@ class Collector:
             outcome: str = report.outcome if report.outcome in ("passed", "skipped") \
                 else "failed"
             reason = _reason(report)
+            if outcome == "failed":
+                reason += clock_step_note(clock_offset() - self._clock_at_start)
             if outcome == "skipped" and reason.startswith(NOT_APPLICABLE):
                 outcome, reason = "not_applicable", reason.removeprefix(NOT_APPLICABLE)
             self.outcomes[report.nodeid] = TestOutcome(
@@ -102,6 +113,18 @@ class Collector:
                           if o in outcomes)
             out.append(PropertyResult(name, status, tests))
         return out
+
+
+def clock_offset() -> float:
+    """The system clock less the monotonic one: a change is a step of the system clock."""
+    return time.time() - time.monotonic()
+
+
+def clock_step_note(step: float) -> str:
+    """What a failed test's reason adds when the system clock stepped during it."""
+    if abs(step) < CLOCK_STEP_S:
+        return ""
+    return f" [this host's system clock stepped {step:+.2f} s during the test]"
 
 
 def _reason(report: pytest.TestReport) -> str:

@@ -3,10 +3,16 @@ stats count by the database clock."""
 
 from __future__ import annotations
 
+import logging
 import time
+import types
+
+import pytest
 
 import portq
 from portq.conformance.helpers import counts
+from portq.runtime import maintenance
+from portq.runtime.counters import WorkerCounters
 
 
 def _finish(queue: portq.Queue, qname: str, n: int) -> list[int]:
@@ -83,6 +89,37 @@ def test_retry_rate_counts_recorded_attempts_of_the_last_hour(queue: portq.Queue
     assert queue.prune(0, queue=qname + "-other") == 0
     assert counts(queue, qname)["retry_rate"] == 2 / 5
     assert counts(queue, qname + "-never")["retry_rate"] is None
+
+
+def test_reaped_jobs_are_waited_for_by_the_database_clock(
+        queue: portq.Queue, qname: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reap returns expired leases due ``reap_delay`` later by the database's clock,
+    which sets their run_at; a burst worker waits for them (``reaped_waiting``) by that
+    clock too. Here this host's monotonic clock runs 30 s ahead right after the reap (as
+    it seems to after a step of the system clock, or beside a database whose clock is
+    behind): the jobs are still waited for until the database says they are due, and no
+    longer."""
+    queue.enqueue(qname, "expired")
+    queue.claim(qname, "crashed", limit=1, lease=0.2)
+    time.sleep(0.4)
+    reaper = maintenance.Maintenance(
+        queue, WorkerCounters(), "reaper", logging.getLogger("portq.worker"),
+        reap_interval=0.01, reap_delay=1.5, prune_interval=None, prune_older_than=3600)
+    deadline = time.monotonic() + 5
+    while not reaper.due():
+        assert time.monotonic() < deadline, "the first reap never came due"
+        time.sleep(0.01)
+    reaper.run_due()
+    assert counts(queue, qname)["scheduled"] == 1  # back, due in 1.5 s
+    ahead = types.SimpleNamespace(monotonic=lambda: time.monotonic() + 30.0)
+    monkeypatch.setattr(maintenance, "time", ahead)
+    assert reaper.reaped_waiting(), "stopped waiting by the host's clock alone"
+    assert queue.backend.pending(qname) == (False, False)
+    waited = time.monotonic()
+    while reaper.reaped_waiting():
+        assert time.monotonic() - waited < 5, "still waiting after the jobs came due"
+        time.sleep(0.02)
+    assert queue.backend.pending(qname) == (True, False), "no longer waited for, not due"
 
 
 def test_bounds_are_validated(queue: portq.Queue, qname: str) -> None:

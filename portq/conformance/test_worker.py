@@ -215,11 +215,12 @@ def test_stale_owner_cannot_overwrite_the_new_owner(queue: portq.Queue, qname: s
     b = quiet_worker(queue, qname, lambda job: None, lease=30, reap_interval=0.2,
                      reap_delay=0, idle_min=0.01, idle_max=0.1)
     with running(a):
-        assert wait_until(lambda: len(a_jobs) == 2)
+        assert wait_until(lambda: len(a_jobs) == 2), ("A started", a_jobs, counts(queue, qname))
         with running(b):
-            assert wait_until(lambda: counts(queue, qname)["succeeded"] == 2, timeout=20)
+            assert wait_until(lambda: counts(queue, qname)["succeeded"] == 2, timeout=20), \
+                ("B finished", counts(queue, qname), b.counters)
         b_done.set()
-        assert wait_until(lambda: a.busy == 0)
+        assert wait_until(lambda: a.busy == 0), ("A's handlers returned", a.counters)
     assert b.counters.succeeded == 2
     assert (a.counters.succeeded, a.counters.retried, a.counters.lost) == (0, 0, 2)
     for job in a_jobs:  # A's token is dead for every operation
@@ -228,7 +229,8 @@ def test_stale_owner_cannot_overwrite_the_new_owner(queue: portq.Queue, qname: s
         assert queue.fail(job, "stale", retry_in=0) is False
     done = {r.id: r for r in queue.jobs("succeeded", queue=qname)}
     assert set(done) == {ok_id, raise_id}
-    assert all(r.attempts == 2 for r in done.values())  # B's generation stands
+    # B's generation stands
+    assert all(r.attempts == 2 for r in done.values()), list(done.values())
     assert queue.job_errors(raise_id) == []  # A's late failure was not recorded
     lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job.lost")]
     assert len(lost) == 2 and all(f"worker={a.worker_id}" in m for m in lost)
@@ -517,7 +519,8 @@ def test_burst_after_a_crash_finishes_every_job_before_it_exits(
         procs.append(burst)
         assert exit_code(burst, burst_log, 90) == 0, burst_log.read_text()[-3000:]
     c = counts(queue, qname)
-    assert (c["succeeded"], c["ready"], c["running"], c["scheduled"]) == (8, 0, 0, 1), c
+    assert (c["succeeded"], c["ready"], c["running"], c["scheduled"]) == (8, 0, 0, 1), \
+        (c, burst_log.read_text()[-3000:])
     assert {r.id for r in queue.jobs("succeeded", queue=qname)} == set(ids)
     assert [r.id for r in queue.jobs("ready", queue=qname)] == [later]
     summary = stopped_counters(burst_log.read_text())

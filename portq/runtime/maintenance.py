@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from portq.protocol import Backend, Listener
@@ -53,6 +54,9 @@ class Maintenance:
         self._next_reap = now + random.uniform(0, min(reap_interval or 0, self.look_every))
         self._next_prune = now + random.uniform(0, prune_interval or 0)
         self._reaped_due_by = 0.0  # monotonic time when the jobs it last reaped are due
+        #: the same by the database's clock, which sets their run_at (None: passed, or
+        #: not read)
+        self._reaped_due_at: datetime | None = None
 
     def due(self) -> bool:
         """Whether :meth:`run_due` has anything to do now."""
@@ -71,6 +75,9 @@ class Maintenance:
                 self.counters.add("reaped", n)
                 self.log.warning("worker.reaped worker=%s count=%d (expired leases "
                                  "returned)", self.worker_id, n)
+                self._reaped_due_at = None  # if the clock cannot be read: the above only
+                self._reaped_due_at = self.queue.backend.db_now() + \
+                    timedelta(seconds=self.reap_delay)
             self._next_reap = now + self._reap_gap(n)
         if self.prune_interval and now >= self._next_prune:
             self._next_prune = now + self.prune_interval * random.uniform(0.8, 1.2)
@@ -100,8 +107,18 @@ class Maintenance:
         return max(0.0, self._next_reap - time.monotonic())
 
     def reaped_waiting(self) -> bool:
-        """Jobs this reaper returned are not due yet (a ``burst`` worker waits for them)."""
-        return time.monotonic() < self._reaped_due_by
+        """Jobs this reaper returned are not due yet (a ``burst`` worker waits for them):
+        by this host's monotonic clock, then (one read, once that has passed) by the
+        database's, which set their run_at: a step of the system clock, or a database
+        clock behind this host's, must not end a burst while they wait."""
+        if time.monotonic() < self._reaped_due_by:
+            return True
+        if self._reaped_due_at is None:
+            return False
+        if self.queue.backend.db_now() < self._reaped_due_at:
+            return True
+        self._reaped_due_at = None
+        return False
 
 
 def run_listener(listener: Listener, done: threading.Event, wake: Callable[[], None],
