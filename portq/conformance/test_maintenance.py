@@ -123,7 +123,6 @@ def test_reaped_jobs_are_waited_for_by_the_database_clock(
 
 
 def test_bounds_are_validated(queue: portq.Queue, qname: str) -> None:
-    import pytest
     for bad in (lambda: queue.claim(qname, "w", limit=0),
                 lambda: queue.claim(qname, "w", limit=-1),
                 lambda: queue.claim(qname, "w", lease=0),

@@ -75,7 +75,9 @@ class Maintenance:
                 self.counters.add("reaped", n)
                 self.log.warning("worker.reaped worker=%s count=%d (expired leases "
                                  "returned)", self.worker_id, n)
-                self._reaped_due_at = None  # if the clock cannot be read: the above only
+                # stays None if the database clock cannot be read: the monotonic due
+                # time above is then all reaped_waiting has
+                self._reaped_due_at = None
                 self._reaped_due_at = self.queue.backend.db_now() + \
                     timedelta(seconds=self.reap_delay)
             self._next_reap = now + self._reap_gap(n)
