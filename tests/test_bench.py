@@ -367,8 +367,9 @@ def test_run_py_says_what_bounded_each_round(tmp_path: Path) -> None:
     assert f"Bulk enqueue on sqlite, the median of the {len(enqueues)} bulk enqueues" in text
     # no PostgreSQL here: the SQLite target still reads these rounds, and says so, with
     # each round's own ratio beside the ratio of the medians
-    assert "comes from this run's sweeps and its rounds on sqlite (none on PostgreSQL)" \
-        in text and "this run had no rounds" not in text
+    assert "comes from this run's sweeps and its pair rounds on sqlite (the raw " \
+        "`complete_many` loop and the Worker, one after the other in each), which each " \
+        "Worker-against-raw target reads" in text and "this run had no rounds" not in text
     (target,) = [line for line in text.splitlines()
                  if line.startswith("| SQLite: portq worker >= 85%")]
     assert re.fullmatch(r".* \| \d+% \| \d+% \[\d+%-\d+%\] \|", target), target
@@ -496,6 +497,27 @@ def test_run_py_pairs_each_rounds_contenders_for_the_ratio_targets() -> None:
     assert round(worker[0], 3) == round(10 / 11, 3) and round(worker[2], 2) == 1.1
     assert [round(x, 3) for x in paired["worker_vs_raw_sqlite"]] == [0.85, 0.8, 0.9]
     assert "worker_vs_pgqueuer" not in paired and "worker_vs_raw_mysql" not in paired
+
+
+def test_run_py_reads_the_postgres_raw_target_from_its_pair_rounds() -> None:
+    """With pair rounds on PostgreSQL, its Worker-against-raw target reads them (more
+    rounds than the head to head), both as the ratio of medians and paired by round; the
+    peers' and the AsyncWorker's targets still read the head to head."""
+    run = run_py()
+    res = {"engines": {}, "raw": [], "peers": [],
+           "head_to_head": {"portq worker": [10.0, 22.0, 30.0],
+                            "raw complete_many": [11.0, 20.0, 33.0],
+                            "portq async": [9.0, 20.0, 27.0], "pgqueuer": [5.0, 10.0, 12.0]},
+           "engine_rounds": {"postgres": {"portq worker": [12.0, 13.0, 15.0, 9.0, 14.0],
+                                          "raw complete_many": [12.0, 12.0, 14.0, 10.0,
+                                                                13.0]}}}
+    r = run.ratios(res)
+    assert round(r["worker_vs_raw"], 3) == round(13 / 12, 3)  # not 22 / 20
+    assert round(r["worker_vs_pgqueuer"], 3) == 2.2 and round(r["async_vs_worker"], 3) == 0.909
+    paired = run.paired_ratios(res)
+    assert round(paired["worker_vs_raw"][0], 3) == round(15 / 14, 3)
+    assert round(paired["worker_vs_raw"][1], 3) == 0.9
+    assert round(paired["worker_vs_pgqueuer"][0], 3) == 2.2
 
 
 def test_run_py_states_what_bounded_the_wide_asyncio_rounds() -> None:
