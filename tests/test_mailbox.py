@@ -82,6 +82,21 @@ def test_a_lingering_taker_returns_as_soon_as_its_batch_fills() -> None:
     assert box.drain() == [5, 6, 7, 8, 9]
 
 
+def test_a_taker_filling_to_fewer_than_its_limit_stops_lingering_there() -> None:
+    """``fill``: the taker stops lingering once that many items wait (the writer's claim's
+    worth), and still takes every waiting item up to its limit."""
+    box: Mailbox[int] = Mailbox()
+    box.put_many([0])
+    threading.Timer(0.1, lambda: box.put_many(range(1, 7))).start()
+    started = time.monotonic()
+    assert box.get_batch(100, 5.0, fill=4) == list(range(7))
+    assert time.monotonic() - started < 2, "lingered past its fill"
+    box.put_many([7, 8])
+    started = time.monotonic()
+    assert box.get_batch(100, 0.2, fill=4) == [7, 8]  # the linger ends it: what gathered
+    assert time.monotonic() - started >= 0.15
+
+
 def test_close_hands_out_what_is_left_then_nothing_and_wakes_waiters() -> None:
     box: Mailbox[int] = Mailbox()
     got: list[int | None] = []

@@ -102,22 +102,24 @@ class Mailbox(Generic[T]):
             if not woken and waiter in self._hungry:  # interrupted before any wake
                 self._hungry.remove(waiter)
 
-    def get_batch(self, limit: int, linger: float) -> list[T]:
+    def get_batch(self, limit: int, linger: float, fill: int | None = None) -> list[T]:
         """Wait for one item, then take up to ``limit``, waiting at most ``linger`` seconds
-        in all for the batch to fill; [] once closed and empty."""
+        in all for ``fill`` items (default ``limit``) to gather; [] once closed and
+        empty."""
+        fill = limit if fill is None else min(fill, limit)
         with self._lock:
             while not self._items and not self._closed:
                 self._wait_locked()
             deadline = time.monotonic() + linger
-            while len(self._items) < limit and not self._closed:
+            while len(self._items) < fill and not self._closed:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._fill_to.append(limit)
+                self._fill_to.append(fill)
                 try:
                     self._lingering.wait(left)
                 finally:
-                    self._fill_to.remove(limit)
+                    self._fill_to.remove(fill)
             return [self._items.popleft() for _ in range(min(limit, len(self._items)))]
 
     def take(self, limit: int) -> list[T]:
