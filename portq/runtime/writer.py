@@ -32,14 +32,16 @@ class Writer(Ledger):
     def _write_loop(self) -> None:
         """A writer: write the outcomes the handler slots handed over, the completions of
         a batch (up to ``WRITE_BATCH_LIMIT``) in one statement; once the mailbox is
-        closed, write what is left, then stop. It lingers (:meth:`_linger`) only until a
-        claim's worth has gathered: lingering on for ``WRITE_BATCH_LIMIT``, the outcomes
+        closed, write what is left, then stop. Its own linger (:meth:`_linger`) ends once
+        a claim's worth has gathered: lingering on for ``WRITE_BATCH_LIMIT``, the outcomes
         of 40 slots of 5 ms jobs, which finish together, waited out the whole linger, the
         slots they held past :attr:`ack_allowance` kept the next claim back, and the
         handlers found the line empty twice as long (both fronts faster: see
-        docs/operations.md)."""
-        while outcomes := self._writes.get_batch(WRITE_BATCH_LIMIT, self._linger(),
-                                                 fill=self.claim_batch):
+        docs/operations.md). A linger fixed by hand (the deprecated ``ack_delay``) is
+        waited out whole, as it was."""
+        by_hand = self.settings.options.ack_delay is not None
+        while outcomes := self._writes.get_batch(
+                WRITE_BATCH_LIMIT, self._linger(), fill=None if by_hand else self.claim_batch):
             self._write_outcomes(outcomes)
             self._wake.set()
 
