@@ -736,10 +736,6 @@ def medians(res: dict[str, Any], engine: str | None = None) -> dict[str, float]:
     return {name: statistics.median(runs) for name, runs in rounds.items() if runs}
 
 
-#: the key of each engine's Worker-against-raw target
-RAW_TARGET_KEYS = {"postgres": "worker_vs_raw", "mysql": "worker_vs_raw_mysql",
-                   "sqlite": "worker_vs_raw_sqlite"}
-
 
 def bulk_rate(res: dict[str, Any], engine: str) -> float | None:
     """``engine``'s bulk-enqueue jobs/s: the median of its rounds' bulk enqueues where it
@@ -807,6 +803,10 @@ PAIRED = (("worker_vs_pgqueuer", "postgres", "portq worker", "pgqueuer"),
           ("async_vs_worker", "postgres", "portq async", "portq worker"),
           ("worker_vs_raw_mysql", "mysql", "portq worker", "raw complete_many"),
           ("worker_vs_raw_sqlite", "sqlite", "portq worker", "raw complete_many"))
+#: the key of each engine's Worker-against-raw target: the ratio targets over its pair
+#: rounds' two contenders
+RAW_TARGET_KEYS = {engine: key for key, engine, mine, over in PAIRED
+                   if (over, mine) == ENGINE_ROUNDS}
 
 
 def paired_ratios(res: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
