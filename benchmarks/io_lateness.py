@@ -32,12 +32,10 @@ import os
 import selectors
 import statistics
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import portq
-import portq.aio
 from portq import bench
 from portq.job import Job
 
@@ -88,25 +86,10 @@ def bare(jobs: int) -> float:
 
 
 def worker(queue: portq.Queue, url: str, jobs: int) -> float:
-    """An AsyncWorker of ``SLOTS`` slots draining ``jobs`` recorded sleeps: jobs/s."""
-    bench.settle(queue.backend)
-    name = f"bench-late-{uuid.uuid4().hex[:8]}"
-    bench.bulk_enqueue(queue, name, jobs)
-
-    async def go() -> float:
-        aq = await portq.aio.connect(url, prefix=queue.backend.prefix)
-        try:
-            w = portq.aio.AsyncWorker(aq, name, handler, concurrency=SLOTS,
-                                      registry_interval=None, **bench.RUN_OPTIONS)
-            started = time.perf_counter()
-            await w.run()
-            return w.counters.succeeded / (time.perf_counter() - started)
-        finally:
-            await aq.close()
-    try:
-        return asyncio.run(go())
-    finally:
-        bench.clear_queue(queue, name, jobs + 1)
+    """An AsyncWorker of ``SLOTS`` slots draining ``jobs`` recorded sleeps, as the
+    benchmark runs it (``portq.bench.async_throughput_run``): jobs/s."""
+    row = bench.async_throughput_run(queue, url, jobs, SLOTS, None, handler=handler)
+    return float(row["jobs_per_s"])
 
 
 def split() -> dict[str, float]:

@@ -8,7 +8,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from portq.bench.cpu import meter
@@ -126,17 +126,22 @@ async def _async_noop(job: Job) -> None:
 
 def async_throughput_run(queue: Queue, url: str, jobs: int, workers: int, batch: int | None,
                          progress: Progress | None = None, repeat: int = 1,
-                         job_ms: float = 0.0) -> dict[str, Any]:
+                         job_ms: float = 0.0,
+                         handler: Callable[[Job], Awaitable[None]] | None = None,
+                         ) -> dict[str, Any]:
     """:func:`throughput_run` with a :class:`portq.aio.AsyncWorker` of ``concurrency`` =
     ``workers`` and claim batch ``batch`` instead of the sync Worker: the same bulk enqueue
     through ``queue``, the same settled table, the same worker options
     (:data:`RUN_OPTIONS`), no tuning options. ``url`` (with its password: ``queue.url``
-    has none) opens the AsyncQueue."""
+    has none) opens the AsyncQueue. ``handler``, when given, is the job instead of the
+    no-op or ``job_ms`` wait (a diagnostic's own: benchmarks/io_lateness.py)."""
     import asyncio
 
     import portq.aio
 
-    handler = _async_noop if not job_ms else functools.partial(_async_sleep, job_ms / 1000)
+    if handler is None:
+        handler = _async_noop if not job_ms else \
+            functools.partial(_async_sleep, job_ms / 1000)
 
     async def go() -> list[tuple[float, int, float, dict[str, Any]]]:
         aq = await portq.aio.connect(url, prefix=queue.backend.prefix,
