@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,14 @@ def test_bad_rate_limits_are_refused(queue: portq.Queue, qname: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # its pace is bounded below: a busy machine slows every claim
 def test_worker_processes_never_exceed_the_rate_limit(
         engine_url: str, queue: portq.Queue, qname: str, tmp_path: Path) -> None:
     """Eight worker processes, 50 jobs per 2 s: in every sliding 2-second window of the
     handlers' own start times at most 50 started; and the limit was reached (the test
-    fails if the queue ran too fast or far too slowly)."""
+    fails if the queue ran too fast or far too slowly). A job given back unstarted (its
+    claim's ``start_by`` passed) spent its place in the window, so the pace is reckoned
+    over the jobs claimed: those that started and those given back."""
     n, limit, period = 300, 50, 2.0
     queue.set_rate_limit(qname, limit, period)
     spans = spans_of_workers(engine_url, queue, qname, tmp_path,
@@ -95,7 +99,13 @@ def test_worker_processes_never_exceed_the_rate_limit(
     # reached the limit: full windows, and no slower than 1.6x the limit's pace
     assert most_in_window(starts, period) >= 0.8 * limit, most_in_window(starts, period)
     took = max(starts) - min(starts)
-    assert took <= 1.6 * (n / limit - 1) * period, took
+    log = (tmp_path / "worker.log").read_text()
+    released = log.count("job.released")
+    ordered = sorted(starts)
+    widest_gap = max(b - a for a, b in pairwise(ordered))
+    assert took <= 1.6 * ((n + released) / limit - 1) * period, (
+        f"{took:.2f} s, {released} given back, widest gap between starts "
+        f"{widest_gap:.2f} s", log[-3000:])
 
 
 def test_a_rate_limited_claim_sets_when_its_jobs_must_start(
