@@ -736,6 +736,17 @@ def medians(res: dict[str, Any], engine: str | None = None) -> dict[str, float]:
     return {name: statistics.median(runs) for name, runs in rounds.items() if runs}
 
 
+def target_rounds(res: dict[str, Any], engine: str, mine: str, over: str
+                  ) -> dict[str, list[float]]:
+    """The rounds a ratio target of ``mine`` over ``over`` on ``engine`` reads: the
+    engine's pair rounds where both ran in them, else (PostgreSQL) the head to head where
+    both ran in it; {} when no rounds hold both."""
+    for rounds in (res.get("engine_rounds", {}).get(engine, {}),
+                   res.get("head_to_head", {}) if engine == "postgres" else {}):
+        if rounds.get(mine) and rounds.get(over):
+            return dict(rounds)
+    return {}
+
 
 def bulk_rate(res: dict[str, Any], engine: str) -> float | None:
     """``engine``'s bulk-enqueue jobs/s: the median of its rounds' bulk enqueues where it
@@ -757,12 +768,11 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
     tp = pg.get("throughput", [])
     h2h = medians(res)
     if h2h:
-        mine, ceiling = h2h.get("portq worker"), h2h.get("raw complete_many")
+        mine = h2h.get("portq worker")
         mine_async = h2h.get("portq async")
         peers = {p: h2h[p] for p in PEERS if p in h2h}
     else:
-        mine, ceiling = rate(tp, 4, 20, mode="worker"), rate(res["raw"], 4,
-                                                              complete="complete_many")
+        mine = rate(tp, 4, 20, mode="worker")
         mine_async = rate(tp, 4, 20, mode="async")
         peers = {p["peer"]: p["jobs_per_s"] for p in res["peers"]
                  if p.get("workers") == 4 and "jobs_per_s" in p}
@@ -770,29 +780,31 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
                            "bulk_enqueue": bulk_rate(res, "postgres"),
                            "bulk_enqueue_mysql": bulk_rate(res, "mysql"),
                            "from": "head-to-head medians" if h2h else "sweeps"}
-    if h2h.get("raw complete_claim") and ceiling:
-        out["complete_claim_vs_complete_many"] = round(h2h["raw complete_claim"] / ceiling, 2)
+    if h2h.get("raw complete_claim") and h2h.get("raw complete_many"):
+        out["complete_claim_vs_complete_many"] = \
+            round(h2h["raw complete_claim"] / h2h["raw complete_many"], 2)
     for row in res.get("pickup", []):
         if "engine" in row and row.get("p99_ms") is not None:
             out[f"pickup_p99_{row['engine']}"] = row["p99_ms"]
     if mine:
         for peer, theirs in peers.items():
             out[f"worker_vs_{peer}"] = mine / theirs
-        if ceiling:
-            out["worker_vs_raw"] = mine / ceiling
         if mine_async:
             out["async_vs_worker"] = mine_async / mine
+    raw, worker = ENGINE_ROUNDS
     for engine, key in RAW_TARGET_KEYS.items():
-        rounds = medians(res, engine)
-        if rounds.get("portq worker") and rounds.get("raw complete_many"):
-            out[key] = rounds["portq worker"] / rounds["raw complete_many"]
-        elif engine != "postgres":  # no rounds: the sweeps (PostgreSQL: the head to head)
-            worker_rate = rate(res["engines"].get(engine, {}).get("throughput", []), 4, 20,
-                               mode="worker")
-            raw_rate = rate([r for r in res["raw"] if r.get("engine") == engine], 4,
-                            complete="complete_many")
-            if worker_rate and raw_rate:
-                out[key] = worker_rate / raw_rate
+        rounds = target_rounds(res, engine, worker, raw)
+        if rounds:
+            out[key] = statistics.median(rounds[worker]) / statistics.median(rounds[raw])
+            continue
+        # no rounds: the sweeps, the engine's own raw loop (raw rows without an engine
+        # are PostgreSQL's, as in throughput_series)
+        worker_rate = rate(res["engines"].get(engine, {}).get("throughput", []), 4, 20,
+                           mode="worker")
+        raw_rate = rate([r for r in res["raw"] if r.get("engine", "postgres") == engine], 4,
+                        complete="complete_many")
+        if worker_rate and raw_rate:
+            out[key] = worker_rate / raw_rate
     return out
 
 
@@ -816,10 +828,7 @@ def paired_ratios(res: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
     of the two medians keeps (those may come from different rounds)."""
     out: dict[str, tuple[float, float, float]] = {}
     for key, engine, mine, over in PAIRED:
-        # the engine's pair rounds where both ran in them, else (PostgreSQL) head to head
-        rounds = res.get("engine_rounds", {}).get(engine, {})
-        if not (rounds.get(mine) and rounds.get(over)):
-            rounds = res.get("head_to_head", {}) if engine == "postgres" else {}
+        rounds = target_rounds(res, engine, mine, over)
         pairs = [a / b for a, b in zip(rounds.get(mine) or [], rounds.get(over) or [],
                                        strict=False) if a and b]
         if pairs:

@@ -520,6 +520,27 @@ def test_run_py_reads_the_postgres_raw_target_from_its_pair_rounds() -> None:
     assert round(paired["worker_vs_pgqueuer"][0], 3) == 2.2
 
 
+def test_run_py_reads_each_engines_own_raw_loop_from_the_sweeps() -> None:
+    """A run with no rounds: each Worker-against-raw target divides by its own engine's
+    raw loop in the sweeps (PostgreSQL's too, though SQLite's raw rows come first)."""
+    run = run_py()
+
+    def sweep(jobs_per_s: float) -> dict[str, Any]:
+        return {"throughput": [{"mode": "worker", "workers": 4, "batch": 20,
+                                "jobs_per_s": jobs_per_s}]}
+    res = {"engines": {"sqlite": sweep(80.0), "postgres": sweep(90.0)},
+           "raw": [{"engine": "sqlite", "workers": 4, "complete": "complete_many",
+                    "jobs_per_s": 100.0},
+                   {"engine": "postgres", "workers": 4, "complete": "complete_many",
+                    "jobs_per_s": 120.0}],
+           "peers": []}
+    r = run.ratios(res)
+    assert r["from"] == "sweeps"
+    assert round(r["worker_vs_raw"], 3) == 0.75  # 90 / 120, not 90 / SQLite's 100
+    assert round(r["worker_vs_raw_sqlite"], 3) == 0.8
+    assert "worker_vs_raw_mysql" not in r
+
+
 def test_run_py_states_what_bounded_the_wide_asyncio_rounds() -> None:
     """The 200-slot asyncio case of docs/benchmarks.md: its verdict against the lower of
     the ideal and the no-op rate, each round's own ratio of the two, and the CPU figures
