@@ -440,12 +440,13 @@ def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
     pgqueuer), and whether 1.5x pgqueuer lies above a ceiling (then no queue on that
     front could reach it)."""
     run = run_py()
+    runs: dict[str, list[float]] = {"portq worker": [7000.0, 7200.0, 7100.0],
+                                    "portq async": [6900.0, 6800.0, 7000.0],
+                                    "pgqueuer": [5000.0, 5100.0, 4900.0]}
+    ceiling: dict[str, list[float]] = {"threads": [7800.0, 7900.0, 7850.0],
+                                       "asyncio": [7400.0, 7450.0, 7500.0]}
     io = {"slots": 40, "job_ms": 5.0, "jobs": 1000, "ideal": 8000.0, "loadavg": [1.0, 1.0],
-          "runs": {"portq worker": [7000.0, 7200.0, 7100.0],
-                   "portq async": [6900.0, 6800.0, 7000.0],
-                   "pgqueuer": [5000.0, 5100.0, 4900.0]},
-          "ceiling": {"threads": [7800.0, 7900.0, 7850.0],
-                      "asyncio": [7400.0, 7450.0, 7500.0]}}
+          "runs": runs, "ceiling": ceiling}
     text = "\n".join(run.io_section({"io": io}))
     rows = {line.split(" | ")[0].strip("| "): line.split(" | ")
             for line in text.splitlines() if line.startswith("| p")}
@@ -453,11 +454,11 @@ def test_run_py_gives_each_io_front_its_share_of_its_bare_ceiling() -> None:
     assert rows["portq async"][4] == "93%"    # 6,900 of asyncio's 7,450
     assert rows["pgqueuer"][4] == "67%"       # 5,000 of asyncio's 7,450
     assert "1.5x pgqueuer is 7,500 jobs/s, above the bare asyncio ceiling" in text
-    io["runs"]["pgqueuer"] = [4600.0]
+    runs["pgqueuer"] = [4600.0]
     assert "1.5x pgqueuer is 6,900 jobs/s, under every bare ceiling." in \
         "\n".join(run.io_section({"io": io}))
     assert "85% of the ideal is" not in text  # 6,800: under both ceilings
-    io["ceiling"]["asyncio"] = [6700.0, 6600.0, 6900.0]
+    ceiling["asyncio"] = [6700.0, 6600.0, 6900.0]
     assert "85% of the ideal is 6,800 jobs/s, above the bare asyncio ceiling: no queue on " \
         "that front could reach it in these rounds." in "\n".join(run.io_section({"io": io}))
 
