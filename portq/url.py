@@ -62,9 +62,9 @@ class DatabaseURL:
 
     @property
     def netloc_hosts(self) -> str:
-        """The host list as written in a URL (IPv6 addresses in brackets), no user."""
-        return ",".join(("[" + h + "]" if ":" in h else h) + ("" if p is None else f":{p}")
-                        for h, p in self.hosts)
+        """The host list as written in a URL (IPv6 addresses in brackets, a Unix socket
+        directory percent-encoded), no user; empty for libpq's default socket."""
+        return ",".join(_netloc_host(h) + ("" if p is None else f":{p}") for h, p in self.hosts)
 
     @property
     def driver(self) -> str | None:
@@ -155,6 +155,10 @@ def parse_url(url: str) -> DatabaseURL:
     except ValueError as exc:
         raise ConfigurationError(f"malformed database URL {_safe(url)!r}: {exc}") from None
     pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if engine == "postgres" and not hosts and parts.hostname:
+        socket_dir = _socket_dir(parts.netloc.rpartition("@")[2], url)
+        if socket_dir is not None:  # libpq: a percent-encoded directory as the host part
+            hosts = (socket_dir,)
     if engine == "postgres" and not parts.hostname and not hosts:
         hosts, pairs = _query_host_list(pairs, url)  # SQLAlchemy's ?host=h1:p1&host=h2:p2
     before_at = rest.partition("@")[0]
@@ -168,10 +172,10 @@ def parse_url(url: str) -> DatabaseURL:
             f"malformed database URL {_safe(url)!r}: an '@' after the host suggests a "
             "password holding '/' or '?'; percent-encode those characters (%2F, %3F; "
             "'@' is %40)")
-    if not hosts:
-        if not parts.hostname:
-            raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
+    if not hosts and parts.hostname:
         hosts = ((parts.hostname, port),)
+    if not hosts and engine != "postgres":  # libpq alone has a default: its Unix socket
+        raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
     if len(hosts) > 1 and engine != "postgres":
         raise ConfigurationError(
             f"database URL {_safe(url)!r} lists {len(hosts)} hosts; a host list is "
@@ -183,8 +187,8 @@ def parse_url(url: str) -> DatabaseURL:
     return DatabaseURL(
         engine=engine,
         scheme=raw_scheme.lower(),
-        host=hosts[0][0],
-        port=hosts[0][1],
+        host=hosts[0][0] if hosts else None,
+        port=hosts[0][1] if hosts else None,
         username=unquote(parts.username) if parts.username is not None else None,
         password=unquote(parts.password) if parts.password is not None else None,
         database=database,
@@ -194,7 +198,11 @@ def parse_url(url: str) -> DatabaseURL:
 
 
 def _host_port(item: str, url: str) -> tuple[str, int | None]:
-    """One ``host[:port]`` (``[v6]:port``) of a host list."""
+    """One ``host[:port]`` (``[v6]:port``, or a percent-encoded Unix socket directory)
+    of a host list."""
+    socket_dir = _socket_dir(item, url)
+    if socket_dir is not None:
+        return socket_dir
     try:
         parts = urlsplit(f"x://{item}")
         host, port = parts.hostname, parts.port
@@ -225,11 +233,10 @@ def _query_host_list(pairs: list[tuple[str, str]], url: str) -> tuple[
         tuple[tuple[str, int | None], ...], list[tuple[str, str]]]:
     """Hosts given as options when the URL's host part is empty: SQLAlchemy's spelling
     for psycopg (``?host=h1:5432&host=h2:5432``) or libpq's keywords (``?host=h1,h2`` with
-    ``port=5432,5433`` or one port for all). Returns the hosts and the other options."""
+    ``port=5432,5433`` or one port for all; a host may be a Unix socket directory,
+    ``?host=/var/run/postgresql``). Returns the hosts and the other options."""
     items = [v for k, v in pairs if k == "host"]
     ports = [v for k, v in pairs if k == "port"]
-    if len(items) == 1 and items[0].startswith("/"):
-        return (), pairs  # a Unix socket directory: libpq's own business
     if len(items) == 1 and len(ports) <= 1:  # libpq: host=h1,h2 port=p1,p2
         items = host_items(items[0], ports[0] if ports else "",
                            f"database URL {_safe(url)!r}")
@@ -242,7 +249,8 @@ def _query_host_list(pairs: list[tuple[str, str]], url: str) -> tuple[
 
 def host_items(hosts: str, ports: str, where: str) -> list[str]:
     """libpq's comma-separated ``host`` and ``port`` values (one port for all hosts, or
-    one per host) as the ``host:port`` items of a URL's host list (IPv6 in brackets)."""
+    one per host) as the ``host:port`` items of a URL's host list (IPv6 in brackets, a
+    Unix socket directory percent-encoded)."""
     names = hosts.split(",")
     numbers = ports.split(",")
     if len(numbers) == 1:
@@ -250,8 +258,27 @@ def host_items(hosts: str, ports: str, where: str) -> list[str]:
     if len(numbers) != len(names):
         raise ConfigurationError(f"{where} lists {len(names)} hosts but {len(numbers)} "
                                  "ports; give one port, or one per host")
-    return [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "")
-            for h, p in zip(names, numbers, strict=True)]
+    return [_netloc_host(h) + (f":{p}" if p else "") for h, p in zip(names, numbers, strict=True)]
+
+
+def _netloc_host(host: str) -> str:
+    """``host`` as a URL's host part: an IPv6 address in brackets, a Unix socket directory
+    percent-encoded (libpq reads ``%2Fvar%2Frun%2Fpostgresql`` as ``/var/run/postgresql``)."""
+    if host.startswith("/"):
+        return quote(host, safe="")
+    return f"[{host}]" if ":" in host else host
+
+
+def _socket_dir(item: str, url: str) -> tuple[str, int | None] | None:
+    """A host part that is a percent-encoded Unix socket directory (libpq's URI form,
+    ``%2Fvar%2Frun%2Fpostgresql:5432``) as (directory, port); None for any other host."""
+    if item[:3].lower() != "%2f":
+        return None
+    encoded, _, port = item.partition(":")
+    if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigurationError(f"malformed host {item!r} in database URL {_safe(url)!r}: "
+                                 f"port {port!r} is not a number from 1 to 65535")
+    return unquote(encoded), int(port) if port else None
 
 
 def _check_libpq_options(query: dict[str, str], url: str) -> None:

@@ -251,6 +251,28 @@ def test_django_vendors_map_to_portq_engines(vendor: str, engine: str) -> None:
         url_for("cockroach", db)
 
 
+def test_django_sockets_and_an_empty_host_reach_what_django_reaches() -> None:
+    """portq's connections go where Django's own do: an empty HOST gives PostgreSQL no host
+    (libpq's Unix socket; Django passes none) and MySQL localhost; a HOST starting with "/"
+    is a Unix socket (PostgreSQL: the socket directory as libpq's host; MySQL: PyMySQL's
+    unix_socket, as Django's MySQL backend passes it)."""
+    from portq.backends.postgres import libpq_kwargs
+    from portq.contrib.django.backend import url_for
+    db = {"NAME": "shop", "USER": "app", "PASSWORD": "s3cret", "OPTIONS": {}}
+    empty = url_for("postgresql", {**db, "HOST": "", "PORT": ""})
+    assert empty.hosts == () and "host" not in libpq_kwargs(empty)
+    assert empty.redacted() == "postgresql://app:***@/shop"
+    socket = url_for("postgresql", {**db, "HOST": "/var/run/postgresql", "PORT": "5433"})
+    assert socket.hosts == (("/var/run/postgresql", 5433),)
+    assert (libpq_kwargs(socket)["host"], libpq_kwargs(socket)["port"]) == (
+        "/var/run/postgresql", "5433")
+    mysql = url_for("mysql", {**db, "HOST": "/run/mysqld/mysqld.sock", "PORT": ""})
+    assert (mysql.host, mysql.query) == ("localhost", {"unix_socket": "/run/mysqld/mysqld.sock"})
+    assert url_for("mysql", {**db, "HOST": "", "PORT": ""}).hosts == (("localhost", None),)
+    for url in (empty, socket, mysql):
+        assert "s3cret" not in url.redacted() and "s3cret" not in repr(url)
+
+
 def test_django_host_lists_become_libpq_host_lists() -> None:
     """Django hands HOST "h1,h2" / PORT "p1,p2" to psycopg as libpq's host list: portq's URL
     for it lists the same hosts, keeps target_session_attrs, and never shows the password."""

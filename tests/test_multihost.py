@@ -3,6 +3,7 @@ connection reached, and the MySQL/MariaDB path (one proxy address) surviving a p
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -101,6 +102,72 @@ def test_libpq_keyword_host_lists_are_the_same_list() -> None:
         ("db1", 6432), ("db2", 6432))
     with pytest.raises(ConfigurationError, match="lists 2 hosts but 3 ports"):
         parse_url("postgresql://app@/shop?host=db1,db2&port=1,2,3")
+
+
+def test_unix_socket_urls_parse_as_libpq_reads_them() -> None:
+    """libpq's two spellings of a Unix socket directory ("either omit the host part of the
+    URI and specify the host as a named parameter, or percent-encode the path in the host
+    part"), in a host list too, and no host at all (libpq's default socket): each gives
+    libpq that directory, or no host, and its URL form parses back to the same hosts."""
+    cases = {
+        "postgresql://app:pw@/shop?host=/var/run/postgresql&port=5433&sslmode=disable":
+            ((("/var/run/postgresql", 5433),), {"host": "/var/run/postgresql", "port": "5433"}),
+        "postgresql://app:pw@%2Fvar%2Frun%2FPostgreSQL:5433/shop":
+            ((("/var/run/PostgreSQL", 5433),), {"host": "/var/run/PostgreSQL", "port": "5433"}),
+        "postgresql://app@%2Ftmp,db2:6432/shop?target_session_attrs=read-write":
+            ((("/tmp", None), ("db2", 6432)), {"host": "/tmp,db2", "port": "5432,6432"}),
+        "postgresql://app@/shop?host=/tmp,db2&port=5432,6432":
+            ((("/tmp", 5432), ("db2", 6432)), {"host": "/tmp,db2", "port": "5432,6432"}),
+        "postgresql://app:pw@/shop": ((), {}),
+        "postgresql:///shop?port=5433": ((), {"port": "5433"}),
+    }
+    for text, (hosts, conninfo) in cases.items():
+        url = parse_url(text)
+        assert url.hosts == hosts, text
+        kw = libpq_kwargs(url)
+        assert {k: kw[k] for k in ("host", "port") if k in kw} == conninfo, text
+        assert kw["dbname"] == "shop" and "pw" not in url.redacted()
+        again = parse_url(url.redacted().replace(":***@", "@"))
+        assert (again.hosts, again.query) == (url.hosts, url.query), url.redacted()
+    assert parse_url("postgresql://app@%2Ftmp/shop").redacted() == \
+        "postgresql://app@%2Ftmp/shop"
+    with pytest.raises(ConfigurationError, match="names no host"):
+        parse_url("mariadb://root@/shop")  # PyMySQL has no default to fall back on
+
+
+def _record(done: list[int], job: Job) -> None:
+    done.append(job.id)
+
+
+def test_a_unix_socket_url_connects_and_runs_a_worker() -> None:
+    """Both socket spellings reach the test server through its Unix socket (when it has
+    one here), and a worker claims and completes through it, LISTEN included."""
+    url = _pg()
+    sockets = [d for d in ("/var/run/postgresql", "/run/postgresql", "/tmp")
+               if os.path.exists(f"{d}/.s.PGSQL.{url.port or 5432}")]
+    if not sockets or url.host not in ("127.0.0.1", "localhost", "::1"):
+        pytest.skip(f"no local Unix socket of the test server {url.redacted()}")
+    auth = url.username + (":" + quote(url.password, safe="") if url.password else "") + "@" \
+        if url.username else ""
+    port = url.port or 5432
+    for text in (f"postgresql://{auth}/{url.database}?host={sockets[0]}&port={port}",
+                 f"postgresql://{auth}{quote(sockets[0], safe='')}:{port}/{url.database}"):
+        done: list[int] = []
+        with portq.connect(text, prefix=PREFIX) as q:
+            conn = q.backend.open_connection()
+            try:  # a Unix socket connection: the server sees no client address
+                assert conn.execute("SELECT inet_client_addr()").fetchone() == (None,)
+            finally:
+                conn.close()
+            qname = f"sock-{uuid.uuid4().hex[:8]}"
+            job_id = q.enqueue(qname, {"n": 1})
+            worker = Worker(q, qname, functools.partial(_record, done), concurrency=1,
+                            burst=True, idle_min=0.01)
+            worker.run()
+            record = q.job(job_id)
+            assert done == [job_id] and record is not None and record.state == "succeeded"
+            assert q.backend.listen_mode == "LISTEN on the queue's URL"
+            assert url.password is None or url.password not in repr(q.backend.url)
 
 
 @pytest.mark.parametrize("url,message", [

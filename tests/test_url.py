@@ -58,7 +58,7 @@ def test_password_never_shown(url: str) -> None:
     ("jobs.db", "malformed"),
     ("redis://localhost/0", "unknown database engine 'redis'"),
     ("postgresql+asyncpg://u@h/db", "unsupported driver 'asyncpg'"),
-    ("postgresql://u:Sup3r-S3cret@/db", "names no host"),
+    ("mysql://u:Sup3r-S3cret@/db", "names no host"),  # PostgreSQL's: libpq's socket
     ("postgresql://u@h:notaport/db", "malformed"),
     ("sqlite://relative.db", "malformed SQLite URL"),
 ])

@@ -268,11 +268,13 @@ def _url_options_checked() -> Iterator[None]:
 
 def libpq_kwargs(url: DatabaseURL) -> dict[str, Any]:
     """psycopg.connect() arguments of ``url`` (a host list as libpq's comma-separated
-    host and port; portq's own options left out). Holds the password: never log it."""
+    host and port, a Unix socket directory as its host; portq's own options left out).
+    Holds the password: never log it."""
     kw: dict[str, Any] = {k: v for k, v in {
         "user": url.username, "password": url.password, "dbname": url.database}.items()
         if v is not None}
-    kw["host"] = ",".join(host for host, _ in url.hosts)
+    if url.hosts:  # none: libpq's default (PGHOST, else its Unix socket directory)
+        kw["host"] = ",".join(host for host, _ in url.hosts)
     if any(port is not None for _, port in url.hosts):
         kw["port"] = ",".join(str(DEFAULT_PORT if p is None else p) for _, p in url.hosts)
     kw.update((k, v) for k, v in url.query.items() if k not in PORTQ_OPTIONS)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
@@ -84,7 +85,7 @@ def database_label(queue: Queue) -> str:
     url = queue.backend.url
     if url.engine == "sqlite":
         return f"sqlite · {os.path.basename(url.path)}"
-    where = url.netloc_hosts
+    where = unquote(url.netloc_hosts)  # a Unix socket directory as a path
     return f"{url.engine} · {where}/{url.database or ''}"
 
 

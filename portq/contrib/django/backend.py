@@ -71,23 +71,26 @@ def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> Database
     if scheme == "sqlite":
         return DatabaseURL(engine="sqlite", scheme="sqlite", database=str(db["NAME"]))
     # HOST "h1,h2" with PORT "5432,5433" (or one port for all) is libpq's host list,
-    # which Django hands to psycopg as it is; portq's URL parser checks it the same way
-    host_text, port_text = str(db.get("HOST") or "localhost"), str(db.get("PORT") or "")
-    hosts, ports = host_text.split(","), port_text.split(",")
+    # which Django hands to psycopg as it is; portq's URL parser checks it the same way.
+    # An empty HOST is what Django gives the driver: no host (libpq: its Unix socket;
+    # PyMySQL: localhost); one starting with "/" is a Unix socket (MySQL: unix_socket)
+    host_text, port_text = str(db.get("HOST") or ""), str(db.get("PORT") or "")
+    options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
+    if scheme == "mysql" and host_text.startswith("/"):
+        options, host_text = {"unix_socket": host_text}, "localhost"
+    elif scheme != "postgresql" and not host_text:
+        host_text = "localhost"
     try:
         netloc = ",".join(host_items(host_text, port_text, f"portq: Django database {alias!r}"))
     except ConfigurationError as exc:
         raise ImproperlyConfigured(str(exc)) from None
-    options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
-    # engine, scheme, the host list and its options, validated by portq (a single HOST
-    # may be a socket directory, which no URL holds: it is taken as it is)
-    url = parse_url(f"{scheme}://{netloc if len(hosts) > 1 else 'localhost'}"
+    # engine, scheme, the host list and its options, validated by portq
+    url = parse_url(f"{scheme}://{netloc if host_text else ''}/"
                     + ("?" + urlencode(options) if options else ""))
-    return DatabaseURL(engine=url.engine, scheme=scheme, host=hosts[0],
-                       port=int(ports[0]) if ports[0] else None,
+    return DatabaseURL(engine=url.engine, scheme=scheme, host=url.host, port=url.port,
                        username=db.get("USER") or None, password=db.get("PASSWORD") or None,
                        database=str(db["NAME"]) if db.get("NAME") else None,
-                       query=url.query, hosts=url.hosts if len(hosts) > 1 else ())
+                       query=url.query, hosts=url.hosts)
 
 
 class PortqBackend(BaseTaskBackend):  # type: ignore[misc]
