@@ -573,6 +573,27 @@ def test_conformance_report_json_junit_prefix_and_cleanup(engine_url: str,
             q.backend.drop_schema()
 
 
+@pytest.mark.slow
+def test_conformance_with_its_own_prefix_reaches_its_tables_from_every_process(
+        tmp_path: Path) -> None:
+    """With ``--prefix``, the suite's tests that run the CLI, worker processes, enqueuing
+    processes or queues of their own work on that prefix's tables too (they named the
+    default prefix, and failed with 'no portq tables with prefix portqt_')."""
+    url = f"sqlite:///{tmp_path}/own-prefix.db"
+    selected = ["--", "-k", "test_cli_enqueue_says_existing_with_the_id or "
+                "test_pause_refuses_a_bad_queue_name or "
+                "test_concurrent_enqueues_of_a_key_report_created_once or "
+                "test_portq_limit_sets_and_clears_the_running_limit or "
+                "test_concurrent_claimers_never_exceed_a_key"]
+    proc = run_portq("conformance", url, "--prefix", "portqown_", "--json", *selected,
+                     check=False, timeout=300)
+    report = json.loads(proc.stdout)
+    failed = [t["reason"] for p in report["properties"] for t in p["tests"]
+              if t["result"] == "failed"]
+    assert proc.returncode == 0 and not failed, failed or proc.stderr
+    assert report["summary"]["passed"] == 5 and report["prefix"] == "portqown_"
+
+
 def test_jobs_and_job_show_progress_and_meta(engine_url: str, queue: Any, qname: str) -> None:
     env = {"PORTQ_URL": engine_url}
     prefix = ["--prefix", "portqt_"]

@@ -234,12 +234,12 @@ def stopped_counters(log_text: str) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"\b(\w+)=(\d+)\b", lines[-1])}
 
 
-def on_own_connections(engine_url: str, n: int,
+def on_own_connections(engine_url: str, prefix: str, n: int,
                        fn: Callable[[portq.Queue, int], None]) -> None:
-    """Run ``fn(queue, i)`` in ``n`` threads at once, each on a Queue (pool) of its own,
-    released together by a barrier; re-raise the first error any of them raised."""
-    from portq.conformance.plugin import TEST_PREFIX
-    queues = [portq.connect(engine_url, prefix=TEST_PREFIX) for _ in range(n)]
+    """Run ``fn(queue, i)`` in ``n`` threads at once, each on a Queue (pool) of its own on
+    the tables of ``prefix``, released together by a barrier; re-raise the first error any
+    of them raised."""
+    queues = [portq.connect(engine_url, prefix=prefix) for _ in range(n)]
     barrier = threading.Barrier(n)
     errors: list[BaseException] = []
 

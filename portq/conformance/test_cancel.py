@@ -33,7 +33,6 @@ from portq.conformance.helpers import (
     stopped_counters,
     wait_until,
 )
-from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import (
     processes,
     wait_for_records,
@@ -48,9 +47,9 @@ LEASE_S = 3.0
 SLACK_S = 1.5
 
 
-def _cancel_by_cli(engine_url: str, *ids: int) -> float:
-    """``portq cancel URL ID...``; the time it returned (time.time())."""
-    out = run_portq("cancel", engine_url, *map(str, ids), "--prefix", TEST_PREFIX)
+def _cancel_by_cli(engine_url: str, prefix: str, *ids: int) -> float:
+    """``portq cancel URL ID... --prefix PREFIX``; the time it returned (time.time())."""
+    out = run_portq("cancel", engine_url, *map(str, ids), "--prefix", prefix)
     assert "cancelled" in out.stdout, out.stdout
     return time.time()
 
@@ -85,14 +84,14 @@ def _cancel_while_running(queue: portq.Queue, engine_url: str, qname: str, job_i
     record, the worker's stopped counters and its log."""
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
-        proc = worker_process(engine_url, TEST_PREFIX, qname, handler, record, log,
+        proc = worker_process(engine_url, queue.backend.prefix, qname, handler, record, log,
                               "--lease", f"{LEASE_S:g}s", sleep=sleep)
         procs.append(proc)
         wait_for_records(record, 1, proc, log)
         if hold:
             time.sleep(hold)
             assert queue.job(job_id).state == "running"  # type: ignore[union-attr]
-        returned = _cancel_by_cli(engine_url, job_id)
+        returned = _cancel_by_cli(engine_url, queue.backend.prefix, job_id)
         (_, second) = wait_for_records(record, 2, proc, log, timeout=30)
         time.sleep(settle)
         counters = _stop(proc, log)
@@ -163,7 +162,7 @@ def test_async_worker_cancels_the_handler_task(queue: portq.Queue, engine_url: s
         return "slept"
 
     async def main() -> Any:
-        async with await aio.connect(engine_url, prefix=TEST_PREFIX) as q:
+        async with await aio.connect(engine_url, prefix=queue.backend.prefix) as q:
             worker = aio.AsyncWorker(q, qname, handler, lease=1.5, idle_max=0.05,
                                      registry_interval=None)
             task = asyncio.create_task(worker.run())
@@ -229,8 +228,8 @@ def test_announced_cancel_reaches_the_worker_faster_than_a_heartbeat(
     ids = queue.enqueue_many([{"queue": qname, "payload": i} for i in range(2)])
     record, log = tmp_path / "claims.jsonl", tmp_path / "worker.log"
     with processes() as procs:
-        proc = worker_process(engine_url, TEST_PREFIX, qname, "until_cancelled", record, log,
-                              "--lease", "30s", "--concurrency", "2")
+        proc = worker_process(engine_url, queue.backend.prefix, qname, "until_cancelled",
+                              record, log, "--lease", "30s", "--concurrency", "2")
         procs.append(proc)
         wait_for_records(record, 2, proc, log)
         time.sleep(1.0)  # its listener is listening

@@ -8,7 +8,6 @@ from collections import Counter, defaultdict
 
 import portq
 from portq.conformance.helpers import counts, enqueue_keys_in_processes
-from portq.conformance.plugin import TEST_PREFIX
 
 PROCESSES, KEYS = 8, 300
 
@@ -18,7 +17,7 @@ def test_concurrent_enqueues_of_a_key_report_created_once(engine_url: str,
                                                           qname: str) -> None:
     """8 processes enqueue the same 300 keys at once, in the same order: per key one job,
     every caller gets its id, and exactly one caller was told ``created``."""
-    results = enqueue_keys_in_processes(engine_url, TEST_PREFIX, qname, PROCESSES, KEYS)
+    results = enqueue_keys_in_processes(engine_url, queue.backend.prefix, qname, PROCESSES, KEYS)
     created: Counter[int] = Counter()
     ids: defaultdict[int, set[int]] = defaultdict(set)
     for rows in results:

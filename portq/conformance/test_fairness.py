@@ -18,7 +18,6 @@ from portq.conformance.helpers import (
     running,
     wait_until,
 )
-from portq.conformance.plugin import TEST_PREFIX
 from portq.job import Job
 
 SMALL_KEYS = [f"tenant-{i:02d}" for i in range(10)]
@@ -104,7 +103,7 @@ def test_concurrent_fair_claimers_share_the_rounds(engine_url: str, queue: portq
     def claim(q: portq.Queue, i: int) -> None:
         for _ in range(3):
             got.extend(j.id for j in q.claim(qname, f"w{i}", limit=2))
-    on_own_connections(engine_url, 6, claim)
+    on_own_connections(engine_url, queue.backend.prefix, 6, claim)
     assert len(got) == len(set(got)) == 36
     assert set(small) <= set(got)
 
@@ -131,17 +130,18 @@ def test_the_cli_sets_and_clears_fairness(engine_url: str, queue: portq.Queue,
                                           qname: str) -> None:
     """``portq limit URL Q --fair`` makes the next claim fair, ``--no-fair`` plain again;
     ``portq stats`` and ``Queue.stats`` show it; a bad flag value is a one-line error."""
+    prefix = queue.backend.prefix
     big, small = burst_and_small_keys(queue, qname, 20, 1)
-    out = run_portq("limit", engine_url, qname, "--fair", "--prefix", TEST_PREFIX).stdout
+    out = run_portq("limit", engine_url, qname, "--fair", "--prefix", prefix).stdout
     assert "one job of each concurrency key in turn" in out
     assert [s.fair for s in queue.stats(qname)] == [True]
-    shown = run_portq("stats", engine_url, "--prefix", TEST_PREFIX, "--queue", qname).stdout
+    shown = run_portq("stats", engine_url, "--prefix", prefix, "--queue", qname).stdout
     assert shown.splitlines()[0].split()[-1] == "fair" and shown.split()[-1] == "yes", shown
     assert [j.id for j in queue.claim(qname, "w", limit=3)] == [big[0], *small[:2]]
-    run_portq("limit", engine_url, "--prefix", TEST_PREFIX, qname, "--no-fair")
+    run_portq("limit", engine_url, "--prefix", prefix, qname, "--no-fair")
     assert [j.id for j in queue.claim(qname, "w", limit=3)] == big[1:4]
     assert [s.fair for s in queue.stats(qname)] == [False]
-    proc = run_portq("limit", engine_url, qname, "--fair=yes", "--prefix", TEST_PREFIX,
+    proc = run_portq("limit", engine_url, qname, "--fair=yes", "--prefix", prefix,
                      check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
 

@@ -19,7 +19,6 @@ import pytest
 import portq
 from portq import aio
 from portq.conformance.helpers import counts, quiet_worker, running, wait_until
-from portq.conformance.plugin import TEST_PREFIX
 from portq.job import Job
 from portq.retry import Backoff
 
@@ -130,7 +129,7 @@ def test_async_worker_runs_plain_handlers_once_in_threads(engine_url: str,
         calls.leave(job)
 
     async def main() -> portq.worker.WorkerCounters:
-        async with await aio.connect(engine_url, prefix=TEST_PREFIX,
+        async with await aio.connect(engine_url, prefix=queue.backend.prefix,
                                      pool_size=8) as q:
             worker = aio.AsyncWorker(q, qname, handler, concurrency=concurrency, lease=0.9,
                                      burst=True, backoff=Backoff("fixed", 0.0),
@@ -169,7 +168,7 @@ def test_handlers_that_cannot_run_are_refused_before_any_claim(
         quiet_worker(queue, qname, handler)
 
     async def make_async_worker() -> None:
-        async with await aio.connect(engine_url, prefix=TEST_PREFIX) as q:
+        async with await aio.connect(engine_url, prefix=queue.backend.prefix) as q:
             aio.AsyncWorker(q, qname, handler)
     with pytest.raises(portq.ConfigurationError, match=message):
         asyncio.run(make_async_worker())

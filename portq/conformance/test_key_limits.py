@@ -53,7 +53,7 @@ def test_concurrent_claimers_never_exceed_a_key(engine_url: str, queue: portq.Qu
 
     def claim(q: portq.Queue, i: int) -> None:
         got.extend(j.concurrency_key for j in q.claim(qname, f"w{i}", limit=5))
-    on_own_connections(engine_url, 8, claim)
+    on_own_connections(engine_url, queue.backend.prefix, 8, claim)
     assert got.count("hot") == 1 and got.count("warm") == 3, got
     c = counts(queue, qname)
     assert (c["running"], c["ready"]) == (4, 36)

@@ -13,7 +13,6 @@ import pytest
 
 import portq
 from portq.conformance.helpers import counts, exit_code, run_portq, wait_until
-from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import processes, worker_process
 from portq.conformance.worker_handlers import read_records
 
@@ -104,17 +103,18 @@ def test_portq_limit_sets_and_clears_the_running_limit(
         engine_url: str, queue: portq.Queue, qname: str) -> None:
     """``portq limit URL QUEUE --running N`` sets the limit the claim enforces;
     ``--running none`` clears it; bad values are one-line errors, not tracebacks."""
+    prefix = queue.backend.prefix
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
-    out = run_portq("limit", engine_url, qname, "--running", "1", "--prefix", TEST_PREFIX)
+    out = run_portq("limit", engine_url, qname, "--running", "1", "--prefix", prefix)
     assert "1 running" in out.stdout
     assert len(queue.claim(qname, "w1", limit=10)) == 1
-    run_portq("limit", engine_url, qname, "--running", "none", "--prefix", TEST_PREFIX)
+    run_portq("limit", engine_url, qname, "--running", "none", "--prefix", prefix)
     assert len(queue.claim(qname, "w2", limit=10)) == 3
     for bad in ("0", "-3", "two"):
         proc = run_portq("limit", engine_url, qname, "--running", bad, "--prefix",
-                         TEST_PREFIX, check=False)
+                         prefix, check=False)
         assert proc.returncode != 0 and "--running" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
-    proc = run_portq("limit", engine_url, qname, "--prefix", TEST_PREFIX, check=False)
+    proc = run_portq("limit", engine_url, qname, "--prefix", prefix, check=False)
     assert proc.returncode != 0 and "--running" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

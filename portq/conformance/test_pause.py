@@ -12,7 +12,6 @@ import pytest
 
 import portq
 from portq.conformance.helpers import counts, exit_code, run_portq, wait_until
-from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_worker import processes, wait_for_records, worker_process
 from portq.conformance.worker_handlers import read_records
 
@@ -65,7 +64,7 @@ def test_pause_reaches_every_worker_process_within_a_poll(
                                         "--concurrency", "2", "--idle-max", f"{idle_max}s",
                                         "--reap-interval", "0s", sleep=0.2))
         wait_for_records(record, 6, procs[0], log)
-        run_portq("pause", engine_url, qname, "--prefix", TEST_PREFIX)
+        run_portq("pause", engine_url, qname, "--prefix", queue.backend.prefix)
         paused_at = time.time()
         time.sleep(3 * idle_max + 1.0)
         starts = [r["at"] for r in read_records(record)]
@@ -73,9 +72,9 @@ def test_pause_reaches_every_worker_process_within_a_poll(
         assert not late, f"handlers started {late} s after the pause"
         left = counts(queue, qname)
         assert left["ready"] > 0 and left["running"] == 0, left  # running ones finished
-        stats = run_portq("stats", engine_url, "--prefix", TEST_PREFIX, "--queue", qname)
+        stats = run_portq("stats", engine_url, "--prefix", queue.backend.prefix, "--queue", qname)
         assert "yes" in stats.stdout.splitlines()[-1], stats.stdout
-        run_portq("resume", engine_url, qname, "--prefix", TEST_PREFIX)
+        run_portq("resume", engine_url, qname, "--prefix", queue.backend.prefix)
         assert wait_until(lambda: counts(queue, qname)["succeeded"] == n, timeout=60), \
             counts(queue, qname)
         for proc in procs:
@@ -89,17 +88,17 @@ def test_pause_reaches_every_worker_process_within_a_poll(
 def test_burst_worker_leaves_a_paused_queue_for_later(engine_url: str, queue: portq.Queue,
                                                       qname: str, tmp_path: Path) -> None:
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(3)])
-    run_portq("pause", engine_url, qname, "--prefix", TEST_PREFIX)
+    run_portq("pause", engine_url, qname, "--prefix", queue.backend.prefix)
     try:
-        run_portq("worker", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+        run_portq("worker", engine_url, "--prefix", queue.backend.prefix, "--queue", qname,
                   "--handler", "portq.conformance.worker_handlers:record", "--burst",
                   "--reap-interval", "0s", env={"PORTQT_RECORD": str(tmp_path / "r.jsonl")},
                   timeout=60)
         assert counts(queue, qname)["ready"] == 3
     finally:
-        run_portq("resume", engine_url, qname, "--prefix", TEST_PREFIX)
+        run_portq("resume", engine_url, qname, "--prefix", queue.backend.prefix)
 
 
-def test_pause_refuses_a_bad_queue_name(engine_url: str) -> None:
-    proc = run_portq("pause", engine_url, "no spaces", "--prefix", TEST_PREFIX, check=False)
+def test_pause_refuses_a_bad_queue_name(engine_url: str, table_prefix: str) -> None:
+    proc = run_portq("pause", engine_url, "no spaces", "--prefix", table_prefix, check=False)
     assert proc.returncode == 2 and "invalid queue name" in proc.stderr

@@ -17,7 +17,6 @@ import portq
 from portq import aio
 from portq.backends.sql.limits import rate_guard_ms
 from portq.conformance.helpers import counts, quiet_worker, run_portq
-from portq.conformance.plugin import TEST_PREFIX
 from portq.conformance.test_limits import spans_of_workers
 from portq.job import Job
 from portq.worker import WorkerCounters
@@ -167,7 +166,7 @@ def test_a_job_not_started_within_the_guard_is_given_back(
             del queue.claim
     else:
         async def main() -> WorkerCounters:
-            async with await aio.connect(engine_url, prefix=TEST_PREFIX) as q:
+            async with await aio.connect(engine_url, prefix=queue.backend.prefix) as q:
                 q.queue.claim = stalled_after_claims(  # type: ignore[method-assign]
                     q.queue, 0.3)
                 worker = aio.AsyncWorker(q, qname, handler, **options)
@@ -195,23 +194,24 @@ def test_portq_limit_sets_and_clears_the_rate_limit(
     """``portq limit URL QUEUE --rate N/PERIOD`` sets the rate the claim enforces and
     ``portq stats`` shows it; ``--rate none`` clears it; bad values are one-line errors
     (exit 2), not tracebacks."""
+    prefix = queue.backend.prefix
     queue.enqueue_many([{"queue": qname, "payload": i} for i in range(4)])
-    out = run_portq("limit", engine_url, qname, "--rate", "1/1m", "--prefix", TEST_PREFIX)
+    out = run_portq("limit", engine_url, qname, "--rate", "1/1m", "--prefix", prefix)
     assert "1 jobs started per 1m" in out.stdout, out.stdout
     assert len(queue.claim(qname, "w1", limit=10)) == 1
     assert queue.claim(qname, "w1", limit=10) == []
-    stats = run_portq("stats", engine_url, "--queue", qname, "--prefix", TEST_PREFIX)
+    stats = run_portq("stats", engine_url, "--queue", qname, "--prefix", prefix)
     assert "1/1m" in stats.stdout, stats.stdout
-    js = run_portq("stats", engine_url, "--queue", qname, "--prefix", TEST_PREFIX, "--json")
+    js = run_portq("stats", engine_url, "--queue", qname, "--prefix", prefix, "--json")
     assert '"rate_limit": 1' in js.stdout and '"rate_period_s": 60.0' in js.stdout
-    run_portq("limit", engine_url, qname, "--rate", "none", "--prefix", TEST_PREFIX)
+    run_portq("limit", engine_url, qname, "--rate", "none", "--prefix", prefix)
     assert len(queue.claim(qname, "w2", limit=10)) == 3
     for bad in ("0/1s", "5", "5/0s", "x/1m", "5/1y", "-1/1s", "5/1ms"):
         proc = run_portq("limit", engine_url, qname, "--rate", bad, "--prefix",
-                         TEST_PREFIX, check=False)
+                         prefix, check=False)
         assert proc.returncode == 2 and "--rate" in proc.stderr, (bad, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert len(run_portq("limit", engine_url, qname, "--rate", "50/2s", "--prefix",
-                         TEST_PREFIX).stdout.splitlines()) == 1
+                         prefix).stdout.splitlines()) == 1
     assert [s.rate_limit for s in queue.stats(qname)] == [50]
     assert [s.rate_period_s for s in queue.stats(qname)] == [2.0]

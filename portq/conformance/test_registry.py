@@ -129,18 +129,18 @@ def test_portq_workers_and_stats_show_registered_workers(queue: portq.Queue, eng
     import json
 
     from portq.conformance.helpers import run_portq
-    from portq.conformance.plugin import TEST_PREFIX
+    prefix = queue.backend.prefix
     wid = f"reg-{uuid.uuid4().hex[:10]}"
     queue.enqueue(qname, "x")
     queue.backend.beat_worker(_info(wid, qname, in_hand=2), 60_000)
     try:
-        listed = json.loads(run_portq("workers", engine_url, "--prefix", TEST_PREFIX,
+        listed = json.loads(run_portq("workers", engine_url, "--prefix", prefix,
                                       "--json").stdout)
         mine = [w for w in listed if w["worker_id"] == wid]
         assert mine and mine[0]["queues"] == [qname, "other"] and mine[0]["jobs_in_hand"] == 2
-        table = run_portq("workers", engine_url, "--prefix", TEST_PREFIX).stdout
+        table = run_portq("workers", engine_url, "--prefix", prefix).stdout
         assert wid in table and "host-a" in table
-        stats = json.loads(run_portq("stats", engine_url, "--prefix", TEST_PREFIX,
+        stats = json.loads(run_portq("stats", engine_url, "--prefix", prefix,
                                      "--queue", qname, "--json").stdout)
         assert stats[0]["workers"] == 1
     finally:

@@ -17,7 +17,6 @@ import pytest
 import portq
 from portq import aio, tasks
 from portq.conformance.helpers import counts, quiet_worker, run_portq, running, wait_until
-from portq.conformance.plugin import TEST_PREFIX
 from portq.retry import Backoff
 
 APP = '''
@@ -71,12 +70,12 @@ def test_cli_worker_app_dispatches_each_job_to_its_task(
     assert queue.job(sent).max_attempts == 5 and queue.job(sent).priority == 3  # type: ignore[union-attr]
     log = cwd / "calls.jsonl"
     # --queue narrows: only the first queue's jobs run
-    run_portq("worker", engine_url, "--prefix", TEST_PREFIX, "--app", module.__name__,
+    run_portq("worker", engine_url, "--prefix", queue.backend.prefix, "--app", module.__name__,
               "--queue", qa, "--burst", "--reap-interval", "0s", cwd=cwd,
               env={"PORTQT_RECORD": str(log)})
     assert [(r["task"], r["job_id"]) for r in records(log)] == [("send", sent)]
     assert counts(queue, qb)["ready"] == 1
-    run_portq("worker", engine_url, "--prefix", TEST_PREFIX, "--app", module.__name__,
+    run_portq("worker", engine_url, "--prefix", queue.backend.prefix, "--app", module.__name__,
               "--burst", "--reap-interval", "0s", cwd=cwd, env={"PORTQT_RECORD": str(log)})
     calls = records(log)
     assert [(r["task"], r["job_id"]) for r in calls] == [("send", sent), ("notify", notified)]
@@ -85,17 +84,18 @@ def test_cli_worker_app_dispatches_each_job_to_its_task(
     dead = queue.job(unknown)
     assert dead is not None and dead.state == "dead" and dead.attempts == 1
     assert "UnknownTask: unknown task 'gone.task'" in (dead.last_error or "")
-    listing = run_portq("jobs", engine_url, "--prefix", TEST_PREFIX, "--state", "dead",
+    listing = run_portq("jobs", engine_url, "--prefix", queue.backend.prefix, "--state", "dead",
                         "--queue", qa).stdout
     assert str(unknown) in listing and "unknown task 'gone.task'" in listing
 
 
-def test_cli_worker_refuses_an_app_without_tasks(tmp_path: Path, engine_url: str) -> None:
+def test_cli_worker_refuses_an_app_without_tasks(tmp_path: Path, engine_url: str,
+                                                  table_prefix: str) -> None:
     (tmp_path / "portqt_empty_app.py").write_text("X = 1\n", "utf-8")
-    proc = run_portq("worker", engine_url, "--prefix", TEST_PREFIX, "--app",
+    proc = run_portq("worker", engine_url, "--prefix", table_prefix, "--app",
                      "portqt_empty_app", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "registers no task" in proc.stderr, proc.stderr
-    proc = run_portq("worker", engine_url, "--prefix", TEST_PREFIX, "--app", "nope_missing",
+    proc = run_portq("worker", engine_url, "--prefix", table_prefix, "--app", "nope_missing",
                      cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "cannot import app module 'nope_missing'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -126,7 +126,7 @@ def test_async_worker_routes_tasks_deferred_async(
     monkeypatch.setenv("PORTQT_RECORD", str(log))
 
     async def main() -> list[int]:
-        async with await aio.connect(engine_url, prefix=TEST_PREFIX) as aq:
+        async with await aio.connect(engine_url, prefix=queue.backend.prefix) as aq:
             ids = [await module.notify.defer_async(7, using=aq),
                    await module.send.defer_async("b@x", using=aq)]
             worker = aio.AsyncWorker(aq, [qa, qb], tasks.router(), concurrency=2,

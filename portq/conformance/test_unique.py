@@ -11,7 +11,7 @@ import pytest
 
 import portq
 from portq.conformance.helpers import counts, on_own_connections, run_portq
-from portq.conformance.plugin import TEST_PREFIX, raw_connection
+from portq.conformance.plugin import raw_connection
 from portq.job import EnqueueResult
 
 
@@ -96,7 +96,7 @@ def test_concurrent_enqueues_of_a_scoped_key_create_one_job(engine_url: str,
         for i in range(5):
             results.append(q.enqueue_result(qname, [n, i], **scope))  # type: ignore[arg-type]
 
-    on_own_connections(engine_url, 8, enqueue)
+    on_own_connections(engine_url, queue.backend.prefix, 8, enqueue)
     assert len(results) == 40 and sum(r.created for r in results) == 1
     assert len({r.id for r in results}) == 1
     assert counts(queue, qname)["ready"] == 1
@@ -131,11 +131,12 @@ def test_bad_scopes_are_refused(queue: portq.Queue, qname: str, options: dict[st
     assert counts(queue, qname)["ready"] == 0
 
 
-def test_cli_enqueue_says_existing_with_the_id(engine_url: str, qname: str) -> None:
+def test_cli_enqueue_says_existing_with_the_id(engine_url: str, qname: str,
+                                               table_prefix: str) -> None:
     """``portq enqueue --key`` says whether it created the job or found the live one, in
     words and in ``--json``."""
     def enqueue(*extra: str) -> dict[str, object]:
-        out = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+        out = run_portq("enqueue", engine_url, "--prefix", table_prefix, "--queue", qname,
                         "--payload", "1", "--json", *extra).stdout
         return json.loads(out)  # type: ignore[no-any-return]
 
@@ -148,10 +149,10 @@ def test_cli_enqueue_says_existing_with_the_id(engine_url: str, qname: str) -> N
     scoped = enqueue(*scope)
     assert scoped["created"] is True and scoped["id"] != first["id"]
     assert (enqueue(*scope)["id"], enqueue(*scope)["created"]) == (scoped["id"], False)
-    text = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+    text = run_portq("enqueue", engine_url, "--prefix", table_prefix, "--queue", qname,
                      "--payload", "1", *scope).stdout.strip()
     assert text == f"existing job {scoped['id']} (key {qname}-cli)"
-    bad = run_portq("enqueue", engine_url, "--prefix", TEST_PREFIX, "--queue", qname,
+    bad = run_portq("enqueue", engine_url, "--prefix", table_prefix, "--queue", qname,
                     "--key", "k", "--unique-states", "ready,bogus", check=False)
     assert bad.returncode == 2 and "unique_states must be some of" in bad.stderr
     assert "Traceback" not in bad.stderr
