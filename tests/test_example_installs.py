@@ -71,7 +71,7 @@ def test_the_orders_example_runs_from_its_install_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shop.db'}"
     work = tmp_path / "orders"
     shutil.copytree(EXAMPLES / "orders", work)
-    order = run(python, "shop.py", url, "order", "alice", "1999", cwd=work).stdout.strip()
+    order = run(python, "orders.py", url, "order", "alice", "1999", cwd=work).stdout.strip()
     assert order.isdigit()
     counters = run(python, "worker.py", url, "--burst", cwd=work).stdout
     assert "'succeeded': 1" in counters

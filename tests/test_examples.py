@@ -20,7 +20,7 @@ from portq.worker import Worker
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "orders"
 sys.path.insert(0, str(EXAMPLE_DIR))
-from shop import Shop  # noqa: E402
+from orders import Shop  # noqa: E402
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_worker_script_processes_invoices(shop: Shop, engine_url: str, tmp_path:
     url = f"sqlite:///{tmp_path / 'shop.db'}"
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     for customer in ("ann", "bob"):
-        out = subprocess.run([sys.executable, str(EXAMPLE_DIR / "shop.py"), url, "order",
+        out = subprocess.run([sys.executable, str(EXAMPLE_DIR / "orders.py"), url, "order",
                               customer, "1500"], env=env, capture_output=True, text=True,
                              timeout=60, check=True)
         assert out.stdout.strip().isdigit()

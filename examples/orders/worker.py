@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from shop import INVOICE_QUEUE, open_shop
+from orders import INVOICE_QUEUE, open_shop
 
 from portq.worker import Worker
 

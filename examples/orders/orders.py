@@ -6,7 +6,7 @@ so the job is part of the order's transaction. The worker's handler writes the i
 idempotently: delivery is at-least-once, so a re-run of the same job finds the invoice
 already there (``invoices.order_id`` is unique) and writes nothing.
 
-    python examples/orders/shop.py sqlite:///shop.db order alice 1999
+    python examples/orders/orders.py sqlite:///shop.db order alice 1999
     python examples/orders/worker.py sqlite:///shop.db        # processes the invoices
 """
 
@@ -127,7 +127,7 @@ def open_shop(url: str) -> Iterator[Shop]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4 or argv[1] != "order":
-        print("usage: shop.py URL order CUSTOMER AMOUNT_CENTS", file=sys.stderr)
+        print("usage: orders.py URL order CUSTOMER AMOUNT_CENTS", file=sys.stderr)
         return 2
     with open_shop(argv[0]) as shop:
         print(shop.place_order(argv[2], int(argv[3])))
