@@ -105,7 +105,7 @@ def test_concurrent_schedulers_enqueue_each_due_run_once(engine_url: str, qname:
             mine.update(sched.tick(start + timedelta(minutes=10 * step)))
         ids.append(mine)
 
-    on_own_connections(engine_url, 6, run)
+    on_own_connections(engine_url, TEST_PREFIX, 6, run)
     with portq.connect(engine_url, prefix=TEST_PREFIX) as q:
         # due times in (00:00:30 - 1h, 01:00:30]: 23:05 .. 01:00 -> 24 runs
         jobs = q.jobs("ready", queue=qname, limit=1000)
