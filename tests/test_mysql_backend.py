@@ -35,7 +35,7 @@ def queue() -> Iterator[portq.Queue]:
     try:
         q = portq.connect(URL, prefix=prefix, pool_size=16)
         q.migrate()
-    except (portq.DatabaseError, pymysql.err.MySQLError, OSError) as exc:
+    except (portq.DatabaseError, pymysql.MySQLError, OSError) as exc:
         pytest.skip(f"no MySQL/MariaDB server reachable at {parse_url(URL).redacted()}: {exc}")
     assert isinstance(q.backend, MysqlBackend)
     yield q
@@ -63,7 +63,7 @@ def app_connection(**kw: Any) -> Any:
 
 
 def error_of(conn: Any, sql: str, args: Any = None) -> BaseException:
-    with pytest.raises(pymysql.err.MySQLError) as info, conn.cursor() as cur:
+    with pytest.raises(pymysql.MySQLError) as info, conn.cursor() as cur:
         cur.execute(sql, args)
     return info.value
 
@@ -76,7 +76,7 @@ def test_pooled_sessions_are_read_committed_utc_and_strict(backend: MysqlBackend
         tz, mode = cur.fetchone()
         try:
             cur.execute("SELECT @@SESSION.transaction_isolation")  # MySQL 8, MariaDB 11.1+
-        except pymysql.err.MySQLError:
+        except pymysql.MySQLError:
             cur.execute("SELECT @@SESSION.tx_isolation")           # MariaDB 10.x
         (isolation,) = cur.fetchone()
     assert isolation == "READ-COMMITTED"
@@ -215,7 +215,7 @@ def test_deadlock_is_retryable(backend: MysqlBackend, qname: str) -> None:
         try:
             with conn.cursor() as cur:
                 cur.execute(lock, (job_id,))
-        except pymysql.err.MySQLError as exc:
+        except pymysql.MySQLError as exc:
             found.append(exc)
             conn.rollback()
     try:
@@ -246,6 +246,42 @@ def test_killed_and_closed_connections_are_connection_errors(backend: MysqlBacke
         killer.close()
         victim.close()
     assert backend.classify(error_of(victim, "SELECT 1")) is ErrorKind.CONNECTION
+
+
+def test_errors_are_classified_after_django_imports_pymysql_as_mysqldb(
+        backend: MysqlBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django with PyMySQL as its MySQLdb (``pymysql.install_as_MySQLdb()``) imports
+    ``MySQLdb.err``: err.py runs again as a second module, which the package's ``err``
+    attribute then names, while PyMySQL's connections still raise the first one's
+    classes. portq still tells a lost connection and a lock wait from other errors (it
+    took every error for OTHER: a server going away was no ConnectionLost)."""
+    import importlib
+    import sys
+    before = set(sys.modules)
+    monkeypatch.setattr(pymysql, "err", pymysql.err)  # restored when the test ends
+    monkeypatch.setitem(sys.modules, "MySQLdb", pymysql)  # what install_as_MySQLdb does
+    try:
+        second = importlib.import_module("MySQLdb.err")  # what Django's backend imports
+    finally:
+        for name in set(sys.modules) - before - {"MySQLdb"}:
+            del sys.modules[name]  # MySQLdb.err: the module stays only in pymysql.err
+    assert pymysql.err is second and second.MySQLError is not pymysql.MySQLError
+    victim, killer = backend.connect(), backend.connect()
+    try:
+        with killer.cursor() as cur:
+            cur.execute("KILL %s", (victim.thread_id(),))
+        assert backend.classify(error_of(victim, "SELECT 1")) is ErrorKind.CONNECTION
+        lock_wait = pymysql.OperationalError(1205, "Lock wait timeout exceeded")
+        assert backend.classify(lock_wait) is ErrorKind.RETRYABLE
+        assert backend.classify(error_of(killer, "SELECT * FROM no_such_table_x")) is \
+            ErrorKind.UNDEFINED_TABLE
+    finally:
+        killer.close()
+        victim.close()
+    q = portq.connect("mysql://portq:s3cr3t-pw@127.0.0.1:1/test?connect_timeout=2")
+    with pytest.raises(portq.ConnectionLost):
+        q.stats()
+    q.close()
 
 
 def test_unreachable_server_raises_connection_lost_without_password() -> None:
@@ -384,7 +420,7 @@ def test_migration_2_keeps_every_value_and_makes_identifiers_exact() -> None:
             cur.execute(f"SELECT COUNT(*) FROM {prefix}job WHERE worker_id = 'owner '")
             assert cur.fetchone()[0] == 0
             for change in ("state = 'ready '", "state = 'exploded'", "queue = ''"):
-                with pytest.raises(pymysql.err.OperationalError) as info:
+                with pytest.raises(pymysql.OperationalError) as info:
                     cur.execute(f"UPDATE {prefix}job SET {change} WHERE job_id = %s",
                                 (job_id,))
                 assert old.classify(info.value) is ErrorKind.CHECK

@@ -105,13 +105,17 @@ class MysqlBackend(SqlBackend):
         self.set_up_session(conn, setup)
 
     def classify(self, exc: BaseException) -> ErrorKind:
-        if isinstance(exc, pymysql.err.InterfaceError):
+        # the package's own names, bound when it was imported: its connections raise
+        # those classes. ``pymysql.err`` can name a second copy of the module: Django
+        # with PyMySQL installed as MySQLdb imports ``MySQLdb.err``, which loads err.py
+        # again and sets the package's ``err`` attribute to it
+        if isinstance(exc, pymysql.InterfaceError):
             return ErrorKind.CONNECTION      # e.g. (0, '') on a closed connection
-        if not isinstance(exc, pymysql.err.MySQLError):
+        if not isinstance(exc, pymysql.MySQLError):
             return ErrorKind.OTHER
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         kind = self.kind_of(code)
-        if kind is None and code == 0 and isinstance(exc, pymysql.err.OperationalError):
+        if kind is None and code == 0 and isinstance(exc, pymysql.OperationalError):
             kind = ErrorKind.CONNECTION
         return kind or ErrorKind.OTHER
 
@@ -134,7 +138,7 @@ class MysqlBackend(SqlBackend):
         cut short (one ALTER is atomic on InnoDB): skip it."""
         try:
             cur.execute(statement)
-        except pymysql.err.MySQLError as exc:
+        except pymysql.MySQLError as exc:
             if not (exc.args and exc.args[0] in (1060, 1061)
                     and statement.lstrip().upper().startswith("ALTER TABLE")):
                 raise
@@ -222,7 +226,7 @@ class MysqlBackend(SqlBackend):
         # MariaDB before 11.1 (MySQL 8 removed it)
         try:
             return super().server_info()
-        except pymysql.err.OperationalError:
+        except pymysql.OperationalError:
             version, isolation = self.run("server_info", lambda cur: self.execute(
                 cur, "server_info_tx").fetchone(), write=False)
             return self.make_server_info(version, isolation)
