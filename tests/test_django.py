@@ -66,6 +66,8 @@ from django.tasks import TaskResultStatus, task_backends  # noqa: E402
 from shop import tasks  # noqa: E402
 from shop.models import Order  # noqa: E402
 
+import portq  # noqa: E402
+from portq.backends import backend_for  # noqa: E402
 from portq.contrib.django import PortqBackend  # noqa: E402
 
 ALIASES = {"sqlite": "default", "postgres": "pg", "mysql": "mysql"}
@@ -271,6 +273,46 @@ def test_django_sockets_and_an_empty_host_reach_what_django_reaches() -> None:
     assert url_for("mysql", {**db, "HOST": "", "PORT": ""}).hosts == (("localhost", None),)
     for url in (empty, socket, mysql):
         assert "s3cret" not in url.redacted() and "s3cret" not in repr(url)
+
+
+def test_django_options_reach_portqs_connections_as_django_passes_them() -> None:
+    """OPTIONS that Django's PostgreSQL backend passes to libpq (sslmode, a search_path in
+    ``options``, ...) go with portq's own connections too, so its worker and migrations
+    use the schema the application's transactions write jobs to; Django's own keys and
+    psycopg's Python objects stay out. MySQL: the arguments PyMySQL shares with MySQLdb,
+    ``ssl`` as its ca/cert/key."""
+    from psycopg import ClientCursor
+
+    from portq.backends.postgres import libpq_kwargs
+    from portq.contrib.django.backend import url_for
+    schema = f"dj_{uuid.uuid4().hex[:8]}"
+    parts = portq.url.parse_url(os.environ["PORTQ_TEST_PG_URL"])
+    db = {"NAME": parts.database, "USER": parts.username or "", "PASSWORD": parts.password or "",
+          "HOST": parts.host or "", "PORT": str(parts.port or ""),
+          "OPTIONS": {"options": f"-c search_path={schema}", "sslmode": "disable",
+                      "isolation_level": 1, "server_side_binding": True, "assume_role": "x",
+                      "pool": {"min_size": 2}, "cursor_factory": ClientCursor}}
+    url = url_for("postgresql", db)
+    assert url.query == {"options": f"-c search_path={schema}", "sslmode": "disable"}
+    assert libpq_kwargs(url)["options"] == f"-c search_path={schema}"
+    with portq.connect(os.environ["PORTQ_TEST_PG_URL"]) as admin:
+        admin.backend.run("schema", lambda cur: cur.execute(f"CREATE SCHEMA {schema}"))
+        try:
+            with portq.Queue(backend_for(url, prefix="djopt_")) as q:
+                q.migrate()
+                found = admin.backend.run("tables", lambda cur: cur.execute(
+                    "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename "
+                    "LIKE 'djopt\\_%%'", (schema,)).fetchone()[0])
+                assert found >= 8
+        finally:
+            admin.backend.run("drop", lambda cur: cur.execute(f"DROP SCHEMA {schema} CASCADE"))
+    mysql = url_for("mysql", {"NAME": "shop", "USER": "app", "PASSWORD": "", "HOST": "db",
+                              "PORT": "", "OPTIONS": {
+                                  "charset": "utf8mb4", "init_command": "SET x=1",
+                                  "ssl": {"ca": "/etc/ca.pem", "cert": "/etc/c.pem"},
+                                  "isolation_level": "read committed"}})
+    assert mysql.query == {"charset": "utf8mb4", "ssl_ca": "/etc/ca.pem",
+                           "ssl_cert": "/etc/c.pem"}
 
 
 def test_django_host_lists_become_libpq_host_lists() -> None:

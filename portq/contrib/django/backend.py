@@ -43,7 +43,7 @@ from portq.backends import backend_for
 from portq.engines import DJANGO_VENDORS
 from portq.errors import ConfigurationError, PortqError, SchemaError
 from portq.queue import INT32, Queue
-from portq.url import LIBPQ_CHOICES, DatabaseURL, host_items, parse_url
+from portq.url import DatabaseURL, host_items, parse_url
 
 from .results import is_task_payload, payload_of, portq_queue, result_of, shown
 
@@ -61,6 +61,35 @@ def database_url(alias: str) -> DatabaseURL:
     return url_for(conn.vendor, conn.settings_dict, alias)
 
 
+#: OPTIONS Django's PostgreSQL backend keeps to itself or gives psycopg rather than libpq
+#: (``get_connection_params``): every other one is a libpq parameter it passes on
+DJANGO_PG_OWN = frozenset({"assume_role", "isolation_level", "pool", "server_side_binding",
+                           "cursor_factory", "context", "prepare_threshold", "autocommit",
+                           "row_factory"})
+#: MySQLdb's connection arguments that PyMySQL takes under the same name (Django's MySQL
+#: backend passes OPTIONS to MySQLdb.connect); ``ssl`` is a dict of ca, cert and key
+MYSQL_SAME = ("charset", "connect_timeout", "read_timeout", "write_timeout", "unix_socket")
+
+
+def driver_options(scheme: str, given: dict[str, Any]) -> dict[str, str]:
+    """The URL options of a Django database's ``OPTIONS`` that its own connections pass to
+    the driver, so that portq's connections reach the same server the same way (sslmode,
+    a search_path in ``options``, a service, ...): PostgreSQL's libpq parameters, the
+    MySQL arguments PyMySQL shares with MySQLdb. Others are Django's own, or the
+    driver's Python objects, which no URL holds."""
+    scalar = (str, int, float)
+    if scheme == "postgresql":
+        return {k: str(v) for k, v in given.items()
+                if k not in DJANGO_PG_OWN and isinstance(v, scalar) and not isinstance(v, bool)}
+    if scheme != "mysql":
+        return {}
+    found = {k: str(given[k]) for k in MYSQL_SAME if isinstance(given.get(k), scalar)}
+    ssl = given.get("ssl")
+    if isinstance(ssl, dict):
+        found.update({f"ssl_{k}": str(ssl[k]) for k in ("ca", "cert", "key") if ssl.get(k)})
+    return found
+
+
 def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> DatabaseURL:
     """The portq URL of a Django database of ``vendor`` with settings ``db``."""
     scheme = VENDOR_SCHEMES.get(vendor)
@@ -75,9 +104,9 @@ def url_for(vendor: str, db: dict[str, Any], alias: str = "default") -> Database
     # An empty HOST is what Django gives the driver: no host (libpq: its Unix socket;
     # PyMySQL: localhost); one starting with "/" is a Unix socket (MySQL: unix_socket)
     host_text, port_text = str(db.get("HOST") or ""), str(db.get("PORT") or "")
-    options = {k: str(v) for k, v in (db.get("OPTIONS") or {}).items() if k in LIBPQ_CHOICES}
+    options = driver_options(scheme, db.get("OPTIONS") or {})
     if scheme == "mysql" and host_text.startswith("/"):
-        options, host_text = {"unix_socket": host_text}, "localhost"
+        options, host_text = {**options, "unix_socket": host_text}, "localhost"
     elif scheme != "postgresql" and not host_text:
         host_text = "localhost"
     try:
