@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from portq.conformance.helpers import run_portq, stopped_counters, wait_until
+from portq.conformance.helpers import counts, run_portq, stopped_counters, wait_until
 
 HANDLER = '''
 import json, os
@@ -283,6 +283,30 @@ def test_enqueue_says_new_or_existing(engine_url: str, qname: str) -> None:
     assert run_portq(*base, env=env).stdout.strip() == f"existing job {job_id} (key {qname}-dup)"
     assert json.loads(run_portq(*base, "--json", env=env).stdout) == {
         "id": job_id, "created": False, "queue": qname, "key": f"{qname}-dup"}
+
+
+def test_enqueue_at_a_time_with_its_offset(engine_url: str, queue: Any, qname: str) -> None:
+    """``--run-at`` takes an ISO 8601 time with its UTC offset (the job's ``run_at``, in
+    UTC); one without an offset, an unreadable one, or one with ``--delay`` is a one-line
+    usage error and no job."""
+    from datetime import UTC, datetime
+    env = {"PORTQ_URL": engine_url}
+    base = ["enqueue", "--prefix", "portqt_", "--queue", qname]
+    out = run_portq(*base, "--run-at", "2031-12-24T09:00:00+01:00", "--json", env=env).stdout
+    record = queue.job(json.loads(out)["id"])
+    assert record.run_at == datetime(2031, 12, 24, 8, 0, tzinfo=UTC)
+    assert record.state == "ready" and counts(queue, qname)["scheduled"] == 1
+    for bad, says in (("2031-12-24T09:00:00", "has no UTC offset"),
+                      ("next tuesday", "is not an ISO 8601 time")):
+        proc = run_portq(*base, "--run-at", bad, env=env, check=False)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 2 and last.startswith("portq enqueue: error: argument "
+                                                        "--run-at: ") and says in last, last
+        assert "Traceback" not in proc.stderr
+    proc = run_portq(*base, "--run-at", "2031-12-24T09:00:00Z", "--delay", "5s", env=env,
+                     check=False)
+    assert proc.returncode == 2 and "not allowed with argument --run-at" in proc.stderr
+    assert counts(queue, qname)["scheduled"] == 1 and counts(queue, qname)["ready"] == 0
 
 
 def test_retry_and_cancel_by_id_without_url_and_unknown_ids(engine_url: str, queue: Any,

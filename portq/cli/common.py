@@ -48,6 +48,20 @@ def non_negative(text: str) -> int:
     return integer(text, 0)
 
 
+def timestamp(text: str) -> datetime:
+    """An ISO 8601 date and time with its UTC offset (``2026-12-24T09:00:00+01:00``, or
+    ``...Z``): a time without one would be read in some zone the job's reader cannot know."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 time, e.g. 2026-12-24T09:00:00+01:00") from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no UTC offset: add one, e.g. {text}Z or {text}+01:00")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port number, 0-65535."""
     try:
@@ -85,7 +99,8 @@ class Commands:
         return p
 
 
-def duration(p: argparse.ArgumentParser, flag: str, default: float | None, help_: str,
+def duration(p: argparse.ArgumentParser | argparse._MutuallyExclusiveGroup, flag: str,
+             default: float | None, help_: str,
              parse: Callable[[str], float] = parse_duration, required: bool = False) -> None:
     """A DURATION option whose help shows its default with a unit."""
     shown = "" if default is None else f" (default {format_duration(default)})"

@@ -18,6 +18,7 @@ from portq.cli.common import (
     open_queue,
     positive,
     print_table,
+    timestamp,
 )
 from portq.errors import ConfigurationError, PayloadError
 from portq.job import ALL_STATES, SCHEDULED, JobRecord, State, error_line
@@ -37,7 +38,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                            f"{MAX_PAYLOAD_DEPTH} levels deep, the limit on every engine") from None
     with open_queue(args) as q:
         result = q.enqueue_result(args.queue, payload, priority=args.priority,
-                                  delay=args.delay, key=args.key,
+                                  run_at=args.run_at, delay=args.delay, key=args.key,
                                   max_attempts=args.max_attempts, timeout=args.timeout,
                                   **unique_options(args), **dependency_options(args))
     if result.created:
@@ -175,7 +176,11 @@ def add_enqueue(cmds: Commands) -> None:
     p.add_argument("--payload", default="null", help="JSON payload (default null)")
     p.add_argument("--priority", type=int, default=0,
                    help="higher runs first among due jobs (default 0)")
-    duration(p, "--delay", None, "run no earlier than this from now (default: now)")
+    when = p.add_mutually_exclusive_group()
+    duration(when, "--delay", None, "run no earlier than this from now (default: now)")
+    when.add_argument("--run-at", type=timestamp, default=None, metavar="TIME",
+                      help="run no earlier than this time, ISO 8601 with its UTC offset "
+                           "(e.g. 2026-12-24T09:00:00+01:00)")
     p.add_argument("--key", default=None,
                    help="idempotency key, unique across all queues unless scoped below: an "
                         "existing job of this key is returned instead")
