@@ -41,7 +41,17 @@ from portq.aio_runner import Runner, runner_for
 from portq.backends.sql import SqlBackend
 from portq.errors import ConfigurationError
 from portq.handler import call_soon
-from portq.job import Claim, Job, JobRecord, QueueStats
+from portq.job import (
+    Claim,
+    EnqueueResult,
+    Job,
+    JobError,
+    JobRecord,
+    QueueStats,
+    State,
+    WorkerActivity,
+    WorkerInfo,
+)
 from portq.protocol import NewJob
 from portq.queue import Queue, _claim_of
 from portq.queue import connect as connect_sync
@@ -129,6 +139,16 @@ class AsyncQueue:
                                  delay=delay, max_attempts=max_attempts, key=key, **unique)
         return (await self._enqueue([job], conn))[0]
 
+    async def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
+                             run_at: datetime | None = None, delay: float | None = None,
+                             max_attempts: int | None = None, key: str | None = None,
+                             conn: Any = None, **unique: Any) -> EnqueueResult:
+        """:meth:`enqueue`, saying also whether a job was created (False: ``key``'s live
+        job was there; see :meth:`portq.Queue.enqueue_result`)."""
+        job = self.queue.new_job(queue, payload, priority=priority, run_at=run_at,
+                                 delay=delay, max_attempts=max_attempts, key=key, **unique)
+        return (await self._insert([job], conn))[0]
+
     async def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *,
                            conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's)."""
@@ -144,6 +164,9 @@ class AsyncQueue:
         self.queue.add_middleware(middleware)
 
     async def _enqueue(self, jobs: list[NewJob], conn: Any) -> list[int]:
+        return [result.id for result in await self._insert(jobs, conn)]
+
+    async def _insert(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """Insert ``jobs`` with the queue's enqueue hooks (:meth:`portq.Queue.insert_on`),
         in portq's transaction or the caller's."""
         if conn is None:
@@ -163,7 +186,7 @@ class AsyncQueue:
             results = await run_sync(self.queue.insert_on, jobs, BridgedConnection(conn))
         else:  # a sync connection belongs to the caller's thread: use it there
             results = self.queue.insert_on(jobs, self.queue._dbapi(conn))
-        return [result.id for result in results]
+        return results
 
     # ---- claiming and fencing -----------------------------------------------------------
 
@@ -260,10 +283,13 @@ class AsyncQueue:
         await self._call(self.queue.set_rate_limit, queue, limit, per_seconds)
 
     async def jobs(self, state: str | None = None, *, queue: str | None = None,
-                   limit: int = 100, after_id: int = 0, **filters: Any) -> list[JobRecord]:
-        """:meth:`portq.Queue.jobs` (``filters``: key, text, order, after_run_at)."""
+                   limit: int = 100, after_id: int = 0, key: str | None = None,
+                   text: str | None = None, order: str = "id",
+                   after_run_at: datetime | None = None) -> list[JobRecord]:
+        """:meth:`portq.Queue.jobs`."""
         return await self._call(self.queue.jobs, state, queue=queue, limit=limit,
-                                after_id=after_id, **filters)
+                                after_id=after_id, key=key, text=text, order=order,
+                                after_run_at=after_run_at)
 
     async def job(self, job_id: int) -> JobRecord | None:
         return await self._call(self.queue.job, job_id)
@@ -271,15 +297,66 @@ class AsyncQueue:
     async def reap(self, *, limit: int = 1000, delay: float = 1.0) -> int:
         return await self._call(self.queue.reap, limit=limit, delay=delay)
 
-    async def prune(self, older_than: float, *, limit: int = 1000,
+    async def prune(self, older_than: float | timedelta, *, limit: int = 1000,
+                    states: Sequence[str] = (State.SUCCEEDED, State.CANCELLED),
                     queue: str | None = None) -> int:
-        return await self._call(self.queue.prune, older_than, limit=limit, queue=queue)
+        """:meth:`portq.Queue.prune` (dead jobs too when ``states`` names them)."""
+        return await self._call(self.queue.prune, older_than, limit=limit, states=states,
+                                queue=queue)
 
     async def cancel(self, job_id: int) -> bool:
         return await self._call(self.queue.cancel, job_id)
 
     async def retry_dead(self, job_id: int, *, extra_attempts: int = 1) -> bool:
         return await self._call(self.queue.retry_dead, job_id, extra_attempts=extra_attempts)
+
+    async def cancel_many(self, queue: str | None, *,
+                          states: Sequence[str] = (State.READY,), limit: int = 1000) -> int:
+        """:meth:`portq.Queue.cancel_many` (a queue's jobs in ``states``, or every queue's)."""
+        return await self._call(self.queue.cancel_many, queue, states=states, limit=limit)
+
+    async def retry_many(self, queue: str | None, *, states: Sequence[str] = (State.DEAD,),
+                         limit: int = 1000, extra_attempts: int = 1) -> int:
+        """:meth:`portq.Queue.retry_many` (a queue's dead or cancelled jobs, or every
+        queue's)."""
+        return await self._call(self.queue.retry_many, queue, states=states, limit=limit,
+                                extra_attempts=extra_attempts)
+
+    async def delete_finished(self, job_id: int) -> bool:
+        """:meth:`portq.Queue.delete_finished` (one succeeded, dead or cancelled job)."""
+        return await self._call(self.queue.delete_finished, job_id)
+
+    async def dependency_results(self, job_id: int) -> dict[int, Any]:
+        """:meth:`portq.Queue.dependency_results` (its dependencies' stored results)."""
+        return await self._call(self.queue.dependency_results, job_id)
+
+    async def error_history(self, job_id: int) -> list[JobError]:
+        """:meth:`portq.Queue.error_history` (every recorded failed attempt)."""
+        return await self._call(self.queue.error_history, job_id)
+
+    async def job_errors(self, job_id: int) -> list[tuple[int, str, str]]:
+        """:meth:`portq.Queue.job_errors` (attempt, worker id, error)."""
+        return await self._call(self.queue.job_errors, job_id)
+
+    async def workers(self) -> list[WorkerInfo]:
+        """:meth:`portq.Queue.workers` (the registry's live workers)."""
+        return await self._call(self.queue.workers)
+
+    async def worker_activity(self) -> dict[str, WorkerActivity]:
+        """:meth:`portq.Queue.worker_activity` (each live worker's running jobs)."""
+        return await self._call(self.queue.worker_activity)
+
+    async def finished_per_minute(self, minutes: int = 60) -> dict[str, dict[str, list[int]]]:
+        """:meth:`portq.Queue.finished_per_minute`."""
+        return await self._call(self.queue.finished_per_minute, minutes)
+
+    async def concurrency_of(self, job_id: int) -> tuple[str, int] | None:
+        """:meth:`portq.Queue.concurrency_of` (a job's per-key limit)."""
+        return await self._call(self.queue.concurrency_of, job_id)
+
+    async def key_limits(self, queue: str, *, limit: int = 20) -> list[tuple[str, int, int]]:
+        """:meth:`portq.Queue.key_limits` (the per-key limits in use in ``queue``)."""
+        return await self._call(self.queue.key_limits, queue, limit=limit)
 
 
 class AsyncWorker(WorkerFront):

@@ -76,6 +76,71 @@ def test_transactional_enqueue_commit_and_rollback(async_url: str, queue: portq.
     assert "rolled back" not in ids.values()
 
 
+#: Queue methods with no async twin: they validate or insert for the async ones
+SYNC_HELPERS = {"dump_payload", "dump_result", "insert_on", "new_job", "new_jobs"}
+
+
+def test_every_queue_operation_has_its_async_twin() -> None:
+    """Every public method of portq.Queue but its validation and insert helpers has an
+    AsyncQueue method of the same name, a coroutine (``add_*`` configure, and are plain
+    on both), taking every parameter with the same default but a caller's sync
+    connection (``conn`` of the reads, which the async API leaves out); a parameter of its
+    own has a default (``close(queue=True)``). It caught ``prune`` without ``states``."""
+    import inspect
+    for name, fn in inspect.getmembers(portq.Queue, inspect.isfunction):
+        if name.startswith("_") or name in SYNC_HELPERS:
+            continue
+        twin = getattr(aio.AsyncQueue, name, None)
+        assert twin is not None, name
+        assert inspect.iscoroutinefunction(twin) != name.startswith("add_"), name
+        ours = {k: v.default for k, v in inspect.signature(twin).parameters.items()}
+        theirs = {k: v.default for k, v in inspect.signature(fn).parameters.items()}
+        if "conn" not in ours:
+            theirs.pop("conn", None)
+        assert {k: ours.get(k) for k in theirs} == theirs, (name, ours, theirs)
+        assert all(ours[k] is not inspect.Parameter.empty for k in set(ours) - set(theirs)), \
+            (name, ours)
+
+
+def test_async_operator_reads_and_bulk_actions(async_url: str, queue: portq.Queue,
+                                               qname: str) -> None:
+    """The async twins of the operator methods act and read as the sync ones do."""
+    from portq.job import State
+    first = queue.enqueue(qname, {"n": 1}, max_attempts=1)
+    keyed = queue.enqueue(f"{qname}-k", 2, concurrency_key="acct", concurrency_limit=2)
+
+    async def body(q: aio.AsyncQueue) -> None:
+        created = await q.enqueue_result(qname, {"n": 2}, key=f"{qname}-key")
+        again = await q.enqueue_result(qname, {"n": 3}, key=f"{qname}-key")
+        assert created.created and not again.created and again.id == created.id
+        (job,) = await q.claim(qname, "w1", limit=1)
+        assert job.id == first and await q.fail(job, "boom", retry_in=None)
+        assert [e[2] for e in await q.job_errors(first)] == ["boom"]
+        assert [e.error for e in await q.error_history(first)] == ["boom"]
+        assert await q.retry_many(qname, states=[State.DEAD]) == 1
+        assert await q.cancel_many(qname, states=[State.READY]) == 2
+        assert await q.delete_finished(created.id) is True
+        assert await q.delete_finished(created.id) is False
+        assert await q.dependency_results(first) == {}
+        assert await q.concurrency_of(keyed) == ("acct", 2)
+        (claimed,) = await q.claim(f"{qname}-k", "w2", limit=1)
+        assert await q.key_limits(f"{qname}-k") == [("acct", 2, 1)]
+        assert await q.complete(claimed)
+        assert sum((await q.finished_per_minute(5)).get(f"{qname}-k", {}).get(
+            "succeeded", [])) == 1
+        assert isinstance(await q.workers(), list)
+        assert isinstance(await q.worker_activity(), dict)
+        assert [r.id for r in await q.jobs(queue=qname, key=f"{qname}-key")] == []
+        dead = await q.enqueue(f"{qname}-d", 0, max_attempts=1)
+        (job,) = await q.claim(f"{qname}-d", "w3", limit=1)
+        assert await q.fail(job, "gone", retry_in=None)
+        await asyncio.sleep(0.01)  # finished before the database's now, even in ms
+        assert await q.prune(0, states=[State.DEAD], queue=f"{qname}-d") == 1
+        assert await q.job(dead) is None
+    run(async_url, body)
+    assert counts(queue, qname)["cancelled"] == 1
+
+
 def test_concurrent_async_claimers_never_share_a_job(async_url: str, queue: portq.Queue,
                                                      qname: str) -> None:
     total = 300
