@@ -309,6 +309,35 @@ def test_enqueue_at_a_time_with_its_offset(engine_url: str, queue: Any, qname: s
     assert counts(queue, qname)["scheduled"] == 1 and counts(queue, qname)["ready"] == 0
 
 
+def test_delete_by_id_takes_only_finished_jobs(engine_url: str, queue: Any,
+                                               qname: str) -> None:
+    """``portq delete ID...`` removes finished jobs (with their results), says why for
+    the others (exit 1) and changes nothing else; without ids it is a one-line error."""
+    env = {"PORTQ_URL": engine_url}
+    done = queue.enqueue(qname, "done")
+    (job,) = queue.claim(qname, "w", limit=1)
+    assert queue.store_result(job, {"kept": True}) and queue.complete(job)
+    ready = queue.enqueue(qname, "ready")
+    missing = ready + 10_000_000
+    proc = run_portq("delete", str(done), str(ready), str(missing), "--prefix", "portqt_",
+                     env=env, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"deleted job {done}",
+        f"job {ready} is ready, not finished (succeeded, dead or cancelled)",
+        f"no such job {missing}"]
+    assert queue.job(done) is None and queue.result(done) is None
+    assert queue.job(ready) is not None and counts(queue, qname)["ready"] == 1
+    again = run_portq("delete", engine_url, str(done), "--prefix", "portqt_", "--json",
+                      check=False)
+    assert again.returncode == 1 and json.loads(again.stdout) == [
+        {"id": done, "result": "no such job"}]
+    bare = run_portq("delete", engine_url, "--prefix", "portqt_", check=False)
+    assert bare.returncode == 2 and bare.stderr.strip() == (
+        "portq: error: nothing to delete: give job ids (portq prune deletes finished jobs "
+        "by age)")
+
+
 def test_retry_and_cancel_by_id_without_url_and_unknown_ids(engine_url: str, queue: Any,
                                                             qname: str) -> None:
     env = {"PORTQ_URL": engine_url}

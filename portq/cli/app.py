@@ -26,9 +26,9 @@ DESCRIPTION = ("portq: background jobs kept in an ordinary SQL table, claimed sa
 COMMANDS: tuple[Callable[[Commands], None], ...] = (
     schema.add_migrate, jobs.add_enqueue, worker.add_worker, observe.add_stats,
     observe.add_workers, observe.add_dashboard, operators.add_reap, operators.add_prune,
-    operators.add_retry_cancel, jobs.add_jobs, queues.add_pause, queues.add_resume,
-    queues.add_limit, jobs.add_job, jobs.add_workflow, tools.add_conformance, tools.add_demo,
-    tools.add_bench)
+    operators.add_retry_cancel, operators.add_delete, jobs.add_jobs, queues.add_pause,
+    queues.add_resume, queues.add_limit, jobs.add_job, jobs.add_workflow,
+    tools.add_conformance, tools.add_demo, tools.add_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

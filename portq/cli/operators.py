@@ -1,5 +1,5 @@
-"""``portq reap``, ``prune``, ``retry`` and ``cancel``: operator actions on jobs, by id or in
-bounded batches."""
+"""``portq reap``, ``prune``, ``retry``, ``cancel`` and ``delete``: operator actions on
+jobs, by id or in bounded batches."""
 
 from __future__ import annotations
 
@@ -107,6 +107,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
                      lambda q, i: q.cancel(i),
                      lambda q, states: q.cancel_many(args.queue, states=states,
                                                      limit=args.limit))
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    ids = job_ids(args)
+    if not ids:
+        raise ConfigurationError("nothing to delete: give job ids (portq prune deletes "
+                                 "finished jobs by age)")
+    with open_queue(args) as q:
+        results, lines = _single(q, ids, q.delete_finished, "deleted",
+                                 "finished (succeeded, dead or cancelled)")
+    emit(args, results, "\n".join(lines))
+    return 0 if all(r["result"] == "deleted" for r in results) else 1
+
+
+def add_delete(cmds: Commands) -> None:
+    p = cmds.command("delete", cmd_delete, "delete finished (succeeded, dead or cancelled) "
+                     "jobs by id, with their errors and results")
+    p.add_argument("job_ids", nargs="*", metavar="JOB_ID",
+                   help="jobs to delete (URL may be left out when $PORTQ_URL is set)")
 
 
 def add_reap(cmds: Commands) -> None:
