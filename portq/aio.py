@@ -135,9 +135,9 @@ class AsyncQueue:
         ``AsyncSession``/``AsyncConnection``, written in its open transaction, or anything
         the sync API accepts (a sqlite3 connection, SQLAlchemy Session), used on this
         thread."""
-        job = self.queue.new_job(queue, payload, priority=priority, run_at=run_at,
-                                 delay=delay, max_attempts=max_attempts, key=key, **unique)
-        return (await self._enqueue([job], conn))[0]
+        return (await self.enqueue_result(queue, payload, priority=priority, run_at=run_at,
+                                          delay=delay, max_attempts=max_attempts, key=key,
+                                          conn=conn, **unique)).id
 
     async def enqueue_result(self, queue: str, payload: Any = None, *, priority: int = 0,
                              run_at: datetime | None = None, delay: float | None = None,
@@ -153,7 +153,7 @@ class AsyncQueue:
                            conn: Any = None) -> list[int]:
         """Add many jobs in one transaction (or the caller's)."""
         built = self.queue.new_jobs(jobs)
-        return await self._enqueue(built, conn) if built else []
+        return [result.id for result in await self._insert(built, conn)] if built else []
 
     def add_enqueue_hook(self, before: Any = None, after: Any = None) -> None:
         """See :meth:`portq.Queue.add_enqueue_hook` (the hooks are the sync queue's)."""
@@ -162,9 +162,6 @@ class AsyncQueue:
     def add_middleware(self, middleware: Any) -> None:
         """See :meth:`portq.Queue.add_middleware`."""
         self.queue.add_middleware(middleware)
-
-    async def _enqueue(self, jobs: list[NewJob], conn: Any) -> list[int]:
-        return [result.id for result in await self._insert(jobs, conn)]
 
     async def _insert(self, jobs: list[NewJob], conn: Any) -> list[EnqueueResult]:
         """Insert ``jobs`` with the queue's enqueue hooks (:meth:`portq.Queue.insert_on`),

@@ -155,10 +155,6 @@ def parse_url(url: str) -> DatabaseURL:
     except ValueError as exc:
         raise ConfigurationError(f"malformed database URL {_safe(url)!r}: {exc}") from None
     pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if engine == "postgres" and not hosts and parts.hostname:
-        socket_dir = _socket_dir(parts.netloc.rpartition("@")[2], url)
-        if socket_dir is not None:  # libpq: a percent-encoded directory as the host part
-            hosts = (socket_dir,)
     if engine == "postgres" and not parts.hostname and not hosts:
         hosts, pairs = _query_host_list(pairs, url)  # SQLAlchemy's ?host=h1:p1&host=h2:p2
     before_at = rest.partition("@")[0]
@@ -172,8 +168,9 @@ def parse_url(url: str) -> DatabaseURL:
             f"malformed database URL {_safe(url)!r}: an '@' after the host suggests a "
             "password holding '/' or '?'; percent-encode those characters (%2F, %3F; "
             "'@' is %40)")
-    if not hosts and parts.hostname:
-        hosts = ((parts.hostname, port),)
+    if not hosts and parts.hostname:  # libpq also takes a percent-encoded socket directory
+        hosts = (((engine == "postgres" and _socket_dir(parts.netloc)) or parts.hostname,
+                  port),)
     if not hosts and engine != "postgres":  # libpq alone has a default: its Unix socket
         raise ConfigurationError(f"database URL {_safe(url)!r} names no host")
     if len(hosts) > 1 and engine != "postgres":
@@ -200,9 +197,6 @@ def parse_url(url: str) -> DatabaseURL:
 def _host_port(item: str, url: str) -> tuple[str, int | None]:
     """One ``host[:port]`` (``[v6]:port``, or a percent-encoded Unix socket directory)
     of a host list."""
-    socket_dir = _socket_dir(item, url)
-    if socket_dir is not None:
-        return socket_dir
     try:
         parts = urlsplit(f"x://{item}")
         host, port = parts.hostname, parts.port
@@ -213,7 +207,7 @@ def _host_port(item: str, url: str) -> tuple[str, int | None]:
         raise ConfigurationError(
             f"malformed host {item!r} in database URL {_safe(url)!r}: expected host or "
             "host:port, hosts separated by ','")
-    return host, port
+    return _socket_dir(item) or host, port
 
 
 def _split_host_list(rest: str, url: str) -> tuple[str, tuple[tuple[str, int | None], ...]]:
@@ -269,16 +263,13 @@ def _netloc_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _socket_dir(item: str, url: str) -> tuple[str, int | None] | None:
-    """A host part that is a percent-encoded Unix socket directory (libpq's URI form,
-    ``%2Fvar%2Frun%2Fpostgresql:5432``) as (directory, port); None for any other host."""
-    if item[:3].lower() != "%2f":
-        return None
-    encoded, _, port = item.partition(":")
-    if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise ConfigurationError(f"malformed host {item!r} in database URL {_safe(url)!r}: "
-                                 f"port {port!r} is not a number from 1 to 65535")
-    return unquote(encoded), int(port) if port else None
+def _socket_dir(host_part: str) -> str | None:
+    """The directory of a URL's host part (``[user@]host[:port]``) whose host is a
+    percent-encoded Unix socket directory (libpq's URI form, ``%2Fvar%2Frun%2Fpostgresql``),
+    taken from the text as written (``urlsplit`` lower-cases a host); None for any other
+    host."""
+    host = host_part.rpartition("@")[2].partition(":")[0]
+    return unquote(host) if host[:3].lower() == "%2f" else None
 
 
 def _check_libpq_options(query: dict[str, str], url: str) -> None:
