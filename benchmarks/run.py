@@ -1286,7 +1286,7 @@ do the same statements, but while one runs SQL (sqlite3 lets go of the GIL insid
 statement) another runs its Python, so only the SQL is serial; in the Worker the one
 writer runs both, one after the other, and the handler threads' Python runs beside it.
 What the one writer no longer does is copy the WAL into the database file: the worker's
-listener checkpoints it on its own thread every 10 ms while commits come
+listener checkpoints it on its own thread, at most every 10 ms while commits come,
 (`SqliteListener`; docs/engines.md, SQLite), where the raw loop's commits still run
 SQLite's auto-checkpoint each time the WAL reaches 1,000 pages (before: 11.9k
 [11.3k-13.1k], after: 14.4k [12.5k-16.2k] jobs/s, medians of 6 interleaved rounds, 20,000

@@ -50,20 +50,27 @@ def test_data_version_changes_only_for_committed_changes(tmp_path: Path) -> None
             listener.close()
 
 
-def _wal_bytes_after_enqueues(url: str, listener: SqliteListener | None) -> int:
-    """Enqueue 30 jobs of 60 KB, each in its own transaction; with ``listener``, let it
-    see each commit and, a checkpoint interval later, look again (when it checkpoints).
-    The size the WAL file reached (a WAL started over is written from its beginning)."""
+def _wal_bytes_after_enqueues(url: str, listen: bool) -> int:
+    """Enqueue 30 jobs of 60 KB, each in its own transaction; with ``listen``, let a
+    listener see each commit and, a checkpoint interval later, look again (when it
+    checkpoints). The size the WAL file reached (a WAL started over is written from its
+    beginning)."""
     with portq.connect(url) as q:
         q.migrate()
-        if listener is not None:
-            assert listener.wait(0.01) is False  # the baseline
-        for n in range(30):
-            q.enqueue("q", {"n": n, "blob": "x" * 60_000})
+        listener = q.backend.listener(["q"]) if listen else None
+        assert listener is None or isinstance(listener, SqliteListener)
+        try:
             if listener is not None:
-                assert listener.wait(0.5) is True
-                time.sleep(CHECKPOINT_EVERY_S)
-                listener.wait(0.001)
+                assert listener.wait(0.01) is False  # the baseline
+            for n in range(30):
+                q.enqueue("q", {"n": n, "blob": "x" * 60_000})
+                if listener is not None:
+                    assert listener.wait(0.5) is True
+                    time.sleep(CHECKPOINT_EVERY_S)
+                    listener.wait(0.001)
+        finally:
+            if listener is not None:
+                listener.close()
         return Path(q.backend.url.path + "-wal").stat().st_size
 
 
@@ -71,15 +78,9 @@ def test_the_listener_checkpoints_the_wal_so_writers_need_not(tmp_path: Path) ->
     """Without a checkpoint the 30 commits' 1.8 MB pile up in the WAL (under SQLite's
     own auto-checkpoint of 1,000 pages, 4 MB); with the listener's, each next write
     transaction starts the WAL over, which stays about one commit long."""
-    alone = _wal_bytes_after_enqueues(f"sqlite:///{tmp_path / 'alone.db'}", None)
-    url = f"sqlite:///{tmp_path / 'listened.db'}"
-    with portq.connect(url) as q:
-        listener = q.backend.listener(["q"])
-        assert isinstance(listener, SqliteListener)
-        try:
-            listened = _wal_bytes_after_enqueues(url, listener)
-        finally:
-            listener.close()
+    alone = _wal_bytes_after_enqueues(f"sqlite:///{tmp_path / 'alone.db'}", listen=False)
+    listened = _wal_bytes_after_enqueues(f"sqlite:///{tmp_path / 'listened.db'}",
+                                         listen=True)
     print(f"\n[sqlite] WAL after 30 commits of 60 KB: {alone:,} bytes alone, "
           f"{listened:,} with the listener")
     assert alone > 1_800_000, alone
